@@ -1,0 +1,30 @@
+# Two commands matter: `make demo` and `make test`. Everything else is what they stand on.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+
+.PHONY: venv test test-unit demo clean bench
+
+# Installs the project with every extra into .venv. pip caches the pyspark wheel it builds from the
+# sdist (~/.cache/pip), so only the first install on a machine pays for it.
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip setuptools wheel >/dev/null
+	$(PIP) install -e '.[service,dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+test: venv
+	$(PY) -m pytest -q
+
+test-unit: venv
+	$(PY) -m pytest -q tests/windowstore
+
+bench: venv
+	$(PY) bench/windowstore_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
