@@ -1,0 +1,18 @@
+"""``python -m windowstore replay ...``: see :mod:`windowstore.replay`."""
+
+import sys
+
+from .replay import main
+
+
+def _entry() -> int:
+    argv = sys.argv[1:]
+    if not argv or argv[0] != "replay":
+        sys.stderr.write("usage: python -m windowstore replay --time-difference-ms D [--grace-ms G] "
+                         "[--aggregation A] [--emit every|update|close] [--flush-every N]\n")
+        return 2
+    return main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(_entry())

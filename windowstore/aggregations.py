@@ -1,0 +1,373 @@
+"""Aggregations in the accumulate / combine / deduct / finish form (Hazelcast Jet's AggregateOperation).
+
+An aggregation owns an *accumulator* that is treated as an immutable value: ``accumulate`` returns a new
+accumulator and never mutates its argument, because the sliding-window processor copies accumulators between
+windows (SEMANTICS.md R12.3: a new right window is a copy of another window's aggregate).
+
+* ``create()``                  the empty accumulator (Kafka Streams' initializer)
+* ``accumulate(acc, value, key)`` fold one value in (Kafka Streams' aggregator; built-ins ignore ``key``)
+* ``combine(a, b)``             merge two accumulators (``None`` when not supported)
+* ``deduct(a, b)``              inverse of combine (``None`` when not supported)
+* ``finish(acc)``               the reported result
+
+``commutative`` means: the finished result does not depend on the order values were accumulated in, exactly
+(not just up to floating-point rounding) for integer values. Only such aggregations may take the batch path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+__all__ = [
+    "Aggregation",
+    "Count",
+    "Sum",
+    "Min",
+    "Max",
+    "Mean",
+    "Variance",
+    "StdDev",
+    "First",
+    "Last",
+    "Collect",
+    "Reduce",
+    "InitializerAggregator",
+    "Field",
+    "Composite",
+    "BUILTINS",
+    "parse_aggregation",
+    "parse_aggregations",
+]
+
+
+class Aggregation:
+    """Base class of every aggregation; subclasses override what they support."""
+
+    name: str = "aggregation"
+    commutative: bool = False
+    #: kind of batch kernel the fast path can use ("count", "sum", "min", "max", "mean", "variance", "stddev")
+    batch_kind: str | None = None
+
+    def create(self) -> Any:
+        raise NotImplementedError
+
+    def accumulate(self, acc: Any, value: Any, key: Hashable = None) -> Any:
+        raise NotImplementedError
+
+    combine: Callable[[Any, Any], Any] | None = None
+    deduct: Callable[[Any, Any], Any] | None = None
+
+    def finish(self, acc: Any) -> Any:
+        return acc
+
+    #: True when ``finish`` is the identity, so emission can skip the call.
+    finish_is_identity: bool = True
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class Count(Aggregation):
+    name = "count"
+    commutative = True
+    batch_kind = "count"
+
+    def create(self) -> int:
+        return 0
+
+    def accumulate(self, acc: int, value: Any, key: Hashable = None) -> int:
+        return acc + 1
+
+    def combine(self, a: int, b: int) -> int:  # type: ignore[override]
+        return a + b
+
+    def deduct(self, a: int, b: int) -> int:  # type: ignore[override]
+        return a - b
+
+
+class Sum(Aggregation):
+    name = "sum"
+    commutative = True
+    batch_kind = "sum"
+
+    def create(self) -> int:
+        return 0
+
+    def accumulate(self, acc: Any, value: Any, key: Hashable = None) -> Any:
+        return acc + value
+
+    def combine(self, a: Any, b: Any) -> Any:  # type: ignore[override]
+        return a + b
+
+    def deduct(self, a: Any, b: Any) -> Any:  # type: ignore[override]
+        return a - b
+
+
+class Min(Aggregation):
+    name = "min"
+    commutative = True
+    batch_kind = "min"
+
+    def create(self) -> None:
+        return None
+
+    def accumulate(self, acc: Any, value: Any, key: Hashable = None) -> Any:
+        return value if acc is None or value < acc else acc
+
+    def combine(self, a: Any, b: Any) -> Any:  # type: ignore[override]
+        if a is None:
+            return b
+        if b is None:
+            return a
+        return b if b < a else a
+
+
+class Max(Aggregation):
+    name = "max"
+    commutative = True
+    batch_kind = "max"
+
+    def create(self) -> None:
+        return None
+
+    def accumulate(self, acc: Any, value: Any, key: Hashable = None) -> Any:
+        return value if acc is None or value > acc else acc
+
+    def combine(self, a: Any, b: Any) -> Any:  # type: ignore[override]
+        if a is None:
+            return b
+        if b is None:
+            return a
+        return b if b > a else a
+
+
+class Mean(Aggregation):
+    """Arithmetic mean; accumulator ``(n, sum)``; ``finish`` gives ``None`` for an empty window."""
+
+    name = "mean"
+    commutative = True
+    batch_kind = "mean"
+    finish_is_identity = False
+
+    def create(self) -> tuple[int, Any]:
+        return (0, 0)
+
+    def accumulate(self, acc: tuple[int, Any], value: Any, key: Hashable = None) -> tuple[int, Any]:
+        return (acc[0] + 1, acc[1] + value)
+
+    def combine(self, a: tuple[int, Any], b: tuple[int, Any]) -> tuple[int, Any]:  # type: ignore[override]
+        return (a[0] + b[0], a[1] + b[1])
+
+    def deduct(self, a: tuple[int, Any], b: tuple[int, Any]) -> tuple[int, Any]:  # type: ignore[override]
+        return (a[0] - b[0], a[1] - b[1])
+
+    def finish(self, acc: tuple[int, Any]) -> float | None:
+        n, s = acc
+        return s / n if n else None
+
+
+class Variance(Aggregation):
+    """Population variance. Accumulator ``(n, shift, s, ss)`` with ``s = sum(x - shift)`` and
+    ``ss = sum((x - shift)**2)``, ``shift`` = the first value seen: exact for integers, and shifting keeps
+    floating-point cancellation small for floats."""
+
+    name = "variance"
+    commutative = True
+    batch_kind = "variance"
+    finish_is_identity = False
+
+    def create(self) -> tuple[int, Any, Any, Any]:
+        return (0, 0, 0, 0)
+
+    def accumulate(self, acc: tuple, value: Any, key: Hashable = None) -> tuple:
+        n, k, s, ss = acc
+        if n == 0:
+            k = value
+        d = value - k
+        return (n + 1, k, s + d, ss + d * d)
+
+    def combine(self, a: tuple, b: tuple) -> tuple:  # type: ignore[override]
+        if a[0] == 0:
+            return b
+        if b[0] == 0:
+            return a
+        n1, k1, s1, ss1 = a
+        n2, k2, s2, ss2 = b
+        d = k2 - k1
+        return (n1 + n2, k1, s1 + s2 + n2 * d, ss1 + ss2 + 2 * d * s2 + n2 * d * d)
+
+    def finish(self, acc: tuple) -> float | None:
+        n, _k, s, ss = acc
+        if not n:
+            return None
+        var = (ss - s * s / n) / n
+        return var if var > 0 else 0.0
+
+
+class StdDev(Variance):
+    """Population standard deviation (square root of :class:`Variance`)."""
+
+    name = "stddev"
+    batch_kind = "stddev"
+
+    def finish(self, acc: tuple) -> float | None:
+        var = super().finish(acc)
+        return None if var is None else math.sqrt(var)
+
+
+_EMPTY = object()
+
+
+class First(Aggregation):
+    """The first value in aggregation order (``None`` for an empty window)."""
+
+    name = "first"
+    finish_is_identity = False
+
+    def create(self) -> Any:
+        return _EMPTY
+
+    def accumulate(self, acc: Any, value: Any, key: Hashable = None) -> Any:
+        return value if acc is _EMPTY else acc
+
+    def finish(self, acc: Any) -> Any:
+        return None if acc is _EMPTY else acc
+
+
+class Last(First):
+    """The last value in aggregation order (``None`` for an empty window)."""
+
+    name = "last"
+
+    def accumulate(self, acc: Any, value: Any, key: Hashable = None) -> Any:
+        return value
+
+
+class Collect(Aggregation):
+    """The list of values in aggregation order (``finish`` returns a list; the accumulator is a tuple)."""
+
+    name = "collect"
+    finish_is_identity = False
+
+    def create(self) -> tuple:
+        return ()
+
+    def accumulate(self, acc: tuple, value: Any, key: Hashable = None) -> tuple:
+        return acc + (value,)
+
+    def finish(self, acc: tuple) -> list:
+        return list(acc)
+
+
+class Reduce(Aggregation):
+    """Kafka Streams' ``reduce``: the first value as-is, then ``reducer(agg, value)``."""
+
+    name = "reduce"
+
+    def __init__(self, reducer: Callable[[Any, Any], Any]) -> None:
+        self._reducer = reducer
+
+    def create(self) -> None:
+        return None
+
+    def accumulate(self, acc: Any, value: Any, key: Hashable = None) -> Any:
+        return value if acc is None else self._reducer(acc, value)
+
+
+class InitializerAggregator(Aggregation):
+    """A Kafka-Streams-style pair: ``initializer()`` and ``aggregator(key, value, agg) -> agg``."""
+
+    name = "aggregate"
+
+    def __init__(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any]) -> None:
+        self._initializer = initializer
+        self._aggregator = aggregator
+
+    def create(self) -> Any:
+        return self._initializer()
+
+    def accumulate(self, acc: Any, value: Any, key: Hashable = None) -> Any:
+        return self._aggregator(key, value, acc)
+
+
+class Field(Aggregation):
+    """Applies ``inner`` to one field of a mapping value (``value[field]``), under the name ``output``."""
+
+    def __init__(self, inner: Aggregation, field: str | None, output: str | None = None) -> None:
+        self.inner = inner
+        self.field = field
+        self.name = output or (inner.name if field is None else f"{inner.name}_{field}")
+        self.commutative = inner.commutative
+        self.batch_kind = inner.batch_kind
+        self.finish_is_identity = inner.finish_is_identity
+        if inner.combine is not None:
+            self.combine = inner.combine
+        if inner.deduct is not None:
+            self.deduct = inner.deduct
+
+    def create(self) -> Any:
+        return self.inner.create()
+
+    def accumulate(self, acc: Any, value: Any, key: Hashable = None) -> Any:
+        if self.field is not None:
+            value = value[self.field]
+        return self.inner.accumulate(acc, value, key)
+
+    def finish(self, acc: Any) -> Any:
+        return self.inner.finish(acc)
+
+    def __repr__(self) -> str:
+        return f"Field({self.inner!r}, {self.field!r}, {self.name!r})"
+
+
+class Composite(Aggregation):
+    """Several aggregations over one window in one pass; accumulator is a tuple, result a dict by name."""
+
+    finish_is_identity = False
+
+    def __init__(self, parts: Sequence[Aggregation]) -> None:
+        if not parts:
+            raise ValueError("Composite needs at least one aggregation")
+        names = [p.name for p in parts]
+        if len(set(names)) != len(names):
+            raise ValueError(f"aggregation output names must be unique, got {names}")
+        self.parts = tuple(parts)
+        self.name = ",".join(names)
+        self.commutative = all(p.commutative for p in parts)
+        self.batch_kind = "composite" if all(p.batch_kind for p in parts) else None
+
+    def create(self) -> tuple:
+        return tuple(p.create() for p in self.parts)
+
+    def accumulate(self, acc: tuple, value: Any, key: Hashable = None) -> tuple:
+        return tuple(p.accumulate(a, value, key) for p, a in zip(self.parts, acc))
+
+    def finish(self, acc: tuple) -> dict[str, Any]:
+        return {p.name: p.finish(a) for p, a in zip(self.parts, acc)}
+
+
+BUILTINS: dict[str, type[Aggregation]] = {
+    cls.name: cls
+    for cls in (Count, Sum, Min, Max, Mean, Variance, StdDev, First, Last, Collect)
+}
+
+
+def parse_aggregation(spec: str) -> Aggregation:
+    """Parse ``kind`` or ``kind:field`` (e.g. ``count``, ``sum:amount``)."""
+    kind, _, field = spec.strip().partition(":")
+    kind = kind.strip().lower()
+    if kind not in BUILTINS:
+        raise ValueError(f"unknown aggregation {kind!r} in {spec!r}; known: {', '.join(sorted(BUILTINS))}")
+    inner = BUILTINS[kind]()
+    field = field.strip()
+    return Field(inner, field) if field else inner
+
+
+def parse_aggregations(spec: str) -> Aggregation:
+    """Parse a comma-separated list (``count,sum:amount,max:amount``): one aggregation or a Composite."""
+    parts = [parse_aggregation(s) for s in spec.split(",") if s.strip()]
+    if not parts:
+        raise ValueError("no aggregation given")
+    return parts[0] if len(parts) == 1 else Composite(parts)

@@ -1,0 +1,366 @@
+"""The sliding-window processor: Kafka Streams' ``KStreamSlidingWindowAggregate`` record by record.
+
+One processor instance is one *task* (one input partition in Kafka Streams): all its keys share one observed
+stream time (SEMANTICS.md R7). :meth:`SlidingWindowProcessor.process` applies R6-R22 to a record, mirroring
+``process`` / ``processReverse`` / ``processEarly`` / ``createWindows`` / ``updateWindowAndForward`` of Kafka
+Streams literally, including the partially-late regime (R22b, R31) where that code departs from the
+declarative window definition (R3).
+
+For one record ``t >= td`` the scan reads window starts in ``[max(0, t - 2*td), t + 1]``, newest first::
+
+    t-2td              t-td                t   t+1
+      |------------------|-----------------|----|
+      ^ at most one window  windows here    ^    ^ the record's right window (exists?)
+        read (leftWinAgg,   contain t and   |
+        prev record ts)     get t added     left window [t-td, t] ends exactly at t
+
+then creates, in this order, the previous record's right window ``[prev+1, prev+1+td]``, the left window
+``[t-td, t]`` and the right window ``[t+1, t+1+td]`` (a copy of the newest window containing ``t``, taken
+before ``t`` was added). Every write of a window whose end is before ``close = st - grace`` is skipped and
+counted (R13), except the right-window copy.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+from .aggregations import Aggregation
+from .store import NO_TIMESTAMP, Visibility, WindowStore, key_bytes
+from .updates import DropReason, DroppedRecord, EmitMode, ProcessorStats, WindowUpdate
+from .windows import SlidingWindows
+
+__all__ = ["SlidingWindowProcessor", "visibility_for"]
+
+_new_update = tuple.__new__
+
+
+def visibility_for(emit: EmitMode) -> Visibility:
+    """The store Kafka Streams reads through in each emit mode (see :mod:`windowstore.store`)."""
+    return {
+        EmitMode.EVERY: Visibility.KEY_FIRST,
+        EmitMode.UPDATE: Visibility.UNBOUNDED,
+        EmitMode.CLOSE: Visibility.TIME_FIRST,
+    }[emit]
+
+
+class SlidingWindowProcessor:
+    """Applies Kafka Streams' sliding-window aggregation to records of one task.
+
+    * ``process(key, value, ts)`` returns the updates emitted by that record: every write in ``every`` mode,
+      the windows that closed in ``close`` mode, nothing in ``update`` mode (call :meth:`flush`).
+    * Records with a null key or value, or a timestamp that is not a non-negative integer, are dropped and
+      counted (R6) - never raised. Late records (R8) are dropped and counted. When ``collect_drops`` is set,
+      every dropped record is also appended to :attr:`drops` for the caller to route (late topic, DLQ).
+    * ``emit_interval_ms`` throttles emit-on-close by wall clock like Kafka Streams' internal
+      ``__emit.interval.ms.kstreams.windowed.aggregation__``; 0 (the default, as in TopologyTestDriver)
+      checks after every record, which keeps results independent of the wall clock.
+    """
+
+    def __init__(
+        self,
+        windows: SlidingWindows,
+        aggregation: Aggregation,
+        emit: EmitMode | str = EmitMode.UPDATE,
+        *,
+        emit_interval_ms: int = 0,
+        clock: Callable[[], float] | None = None,
+        collect_drops: bool = False,
+    ) -> None:
+        self.windows = windows
+        self.aggregation = aggregation
+        self.emit = EmitMode.parse(emit)
+        self.td = windows.time_difference_ms
+        self.grace = windows.grace_ms
+        if emit_interval_ms < 0:
+            raise ValueError(f"emit_interval_ms must not be negative, got {emit_interval_ms}")
+        self.emit_interval_ms = emit_interval_ms
+        self._clock = clock or time.monotonic
+        self._next_emit_ms = 0.0
+        # UPDATE mode reads like Kafka's record cache (nothing filtered by retention); a window whose start
+        # is below store_time - (3*td + grace + 1) can never be read again by an accepted record
+        # (t >= st - grace - td, scans start at t - 2*td, store_time <= st + 1), so it is purged.
+        self.store = WindowStore(
+            windows.retention,
+            visibility_for(self.emit),
+            purge_margin_ms=3 * self.td + self.grace + 1,
+        )
+        self.observed_stream_time = NO_TIMESTAMP
+        self.last_emit_close_time = NO_TIMESTAMP
+        self.stats = ProcessorStats()
+        self.collect_drops = collect_drops
+        self.drops: list[DroppedRecord] = []
+        # update mode: (key, start) -> (acc, ts, count) of the last write, ordered by last write (R21)
+        self._dirty: dict[tuple[Hashable, int], tuple[Any, int, int]] = {}
+        # close mode: windows not yet emitted, by (start, key bytes) like Kafka's time-ordered store
+        self._pending_close: list[tuple[int, bytes, Hashable]] = []
+        self._create = aggregation.create
+        self._accumulate = aggregation.accumulate
+        self._finish = None if aggregation.finish_is_identity else aggregation.finish
+        self._out: list[WindowUpdate] | None = None
+
+    # ------------------------------------------------------------------------------------------------- input
+    def process(self, key: Hashable, value: Any, ts: int) -> list[WindowUpdate]:
+        """Process one record; returns the updates it emits (see the class docstring)."""
+        stats = self.stats
+        stats.records += 1
+        if key is None or value is None:
+            stats.dropped_null += 1
+            self._drop(key, value, ts, DropReason.NULL_KEY if key is None else DropReason.NULL_VALUE)
+            return []
+        if type(ts) is not int:
+            if isinstance(ts, int) and not isinstance(ts, bool):
+                ts = int(ts)
+            else:
+                stats.dropped_invalid_timestamp += 1
+                self._drop(key, value, ts, DropReason.INVALID_TIMESTAMP)
+                return []
+        if ts < 0:
+            stats.dropped_invalid_timestamp += 1
+            self._drop(key, value, ts, DropReason.INVALID_TIMESTAMP)
+            return []
+
+        if ts > self.observed_stream_time:
+            self.observed_stream_time = ts
+        close = self.observed_stream_time - self.grace
+        td = self.td
+        if ts + td < close:  # R8: even [t, t+td], the latest window that could hold t, is closed
+            stats.dropped_late += 1
+            self._drop(key, value, ts, DropReason.LATE)
+            return []
+        stats.accepted += 1
+
+        out: list[WindowUpdate] = []
+        self._out = out if self.emit is EmitMode.EVERY else None
+        if ts < td:  # R9/R11: early record, no emit-final check
+            self._process_early(key, value, ts, close)
+            return out
+        self._process_reverse(key, value, ts, close)
+        if self.emit is EmitMode.CLOSE:
+            self._maybe_emit_final(close, out)
+        return out
+
+    def process_many(self, records: Iterable[tuple[Hashable, Any, int]]) -> list[WindowUpdate]:
+        """Process ``(key, value, ts)`` records in order; returns all updates they emitted."""
+        out: list[WindowUpdate] = []
+        process = self.process
+        for key, value, ts in records:
+            r = process(key, value, ts)
+            if r:
+                out.extend(r)
+        return out
+
+    def flush(self) -> list[WindowUpdate]:
+        """Update mode: the last value of every window written since the previous flush, ordered by last
+        write (Kafka Streams' record cache flush, R21). Other modes: nothing."""
+        if not self._dirty:
+            return []
+        td = self.td
+        finish = self._finish
+        out = [
+            _new_update(
+                WindowUpdate, (key, start, start + td, acc if finish is None else finish(acc), ts, count)
+            )
+            for (key, start), (acc, ts, count) in self._dirty.items()
+        ]
+        self._dirty.clear()
+        self.stats.updates_emitted += len(out)
+        return out
+
+    def take_drops(self) -> list[DroppedRecord]:
+        """Return and clear the dropped records collected so far (``collect_drops=True``)."""
+        drops, self.drops = self.drops, []
+        return drops
+
+    def expire(self) -> int:
+        """Physically drop windows no read can see any more; returns how many."""
+        return self.store.expire()
+
+    # --------------------------------------------------------------------------------------------- internals
+    def _drop(self, key: Hashable, value: Any, ts: Any, reason: DropReason) -> None:
+        if self.collect_drops:
+            self.drops.append(DroppedRecord(key, value, ts, reason, self.observed_stream_time))
+
+    def _write(self, key: Hashable, start: int, acc: Any, ts: int, count: int, created: bool) -> None:
+        """Put a window and forward it (R18): every put in ``every``, the cache entry in ``update``."""
+        stats = self.stats
+        if created:
+            stats.windows_created += 1
+        else:
+            stats.windows_updated += 1
+        stored_new = self.store.put(key, start, acc, ts, count)
+        emit = self.emit
+        if emit is EmitMode.EVERY:
+            finish = self._finish
+            self._out.append(  # type: ignore[union-attr]
+                _new_update(
+                    WindowUpdate,
+                    (key, start, start + self.td, acc if finish is None else finish(acc), ts, count),
+                )
+            )
+            stats.updates_emitted += 1
+        elif emit is EmitMode.UPDATE:
+            dirty = self._dirty
+            k = (key, start)
+            dirty.pop(k, None)
+            dirty[k] = (acc, ts, count)
+        elif stored_new:
+            heapq.heappush(self._pending_close, (start, key_bytes(key), key))
+
+    def _update_and_forward(
+        self,
+        key: Hashable,
+        start: int,
+        acc: Any,
+        acc_ts: int,
+        count: int,
+        value: Any,
+        t: int,
+        close: int,
+        created: bool,
+    ) -> None:
+        """``updateWindowAndForward``: add ``value`` to the window unless the window is closed (R13)."""
+        if start + self.td >= close:
+            self._write(
+                key, start, self._accumulate(acc, value, key), acc_ts if acc_ts > t else t, count + 1, created
+            )
+        else:
+            self.stats.skipped_windows += 1
+
+    def _process_reverse(self, key: Hashable, value: Any, t: int, close: int) -> None:
+        """``processReverse`` + ``createWindows`` (R10, R12) for a record with ``t >= td``."""
+        td = self.td
+        store = self.store
+        kw = store.windows_of(key)
+        starts = kw.starts
+        entries = kw.entries
+        lo = t - 2 * td
+        if lo < 0:
+            lo = 0
+        bound = store.read_bound()
+        if lo < bound:
+            lo = bound
+        hi = t + 1
+        i = bisect_right(starts, hi) - 1
+        stop = bisect_left(starts, lo)
+
+        left_agg = None  # (acc, ts, count) of the newest window ending before t
+        right_agg = None  # (acc, ts, count) of the newest window containing t, before t was added
+        left_created = False
+        right_created = False
+        prev = None
+        update = self._update_and_forward
+        while i >= stop:
+            s = starts[i]
+            e = entries[s]
+            end = s + td
+            if s == hi:
+                right_created = True
+            elif end > t:
+                if right_agg is None:
+                    right_agg = (e[0], e[1], e[2])
+                update(key, s, e[0], e[1], e[2], value, t, close, False)
+            elif end == t:
+                left_created = True
+                max_ts = e[1]
+                update(key, s, e[0], max_ts, e[2], value, t, close, False)
+                if max_ts < t:
+                    prev = max_ts
+                else:
+                    return  # duplicate timestamp: every window it needs exists already (R10.3, R15)
+            else:
+                left_agg = (e[0], e[1], e[2])
+                prev = e[1]
+                break
+            i -= 1
+
+        # createWindows (R12)
+        if prev is not None:
+            p1 = prev + 1
+            if p1 not in entries and p1 + td >= t:
+                update(key, p1, self._create(), t, 0, value, t, close, True)
+        if not left_created:
+            if prev is not None and t - td <= prev:
+                update(key, t - td, left_agg[0], t, left_agg[2], value, t, close, True)  # type: ignore[index]
+            else:
+                update(key, t - td, self._create(), t, 0, value, t, close, True)
+        if not right_created and right_agg is not None and right_agg[1] > t:
+            self._write(key, hi, right_agg[0], right_agg[1], right_agg[2], True)  # a copy, no close check
+
+    def _process_early(self, key: Hashable, value: Any, t: int, close: int) -> None:
+        """``processEarly`` (R11) for a record with ``0 <= t < td``: the combined window ``[0, td]``."""
+        store = self.store
+        kw = store.windows_of(key)
+        starts = kw.starts
+        entries = kw.entries
+        lo = store.read_bound()
+        if lo < 0:
+            lo = 0
+        hi = t + 1
+        combined = None
+        right_agg = None
+        right_created = False
+        prev = None
+        update = self._update_and_forward
+        for i in range(bisect_left(starts, lo), bisect_right(starts, hi)):
+            s = starts[i]
+            e = entries[s]
+            if s == 0:
+                combined = (e[0], e[1], e[2])
+                if e[1] < t:
+                    prev = e[1]
+            elif s <= t:
+                right_agg = (e[0], e[1], e[2])
+                update(key, s, e[0], e[1], e[2], value, t, close, False)
+            else:  # s == t + 1
+                right_created = True
+
+        if right_agg is None and combined is not None and combined[1] > t:
+            right_agg = combined
+        if not right_created and right_agg is not None and right_agg[1] > t:
+            self._write(key, hi, right_agg[0], right_agg[1], right_agg[2], True)
+        if prev is not None and prev + 1 not in entries:
+            update(key, prev + 1, self._create(), t, 0, value, t, close, True)
+        if combined is None:
+            update(key, 0, self._create(), t, 0, value, t, close, True)
+        else:
+            update(key, 0, combined[0], combined[1], combined[2], value, t, close, False)
+
+    def _maybe_emit_final(self, close: int, out: list[WindowUpdate]) -> None:
+        """``maybeForwardFinalResult`` (R27): emit every window that closed since the last emission."""
+        if self.emit_interval_ms:
+            now = self._clock() * 1000.0
+            if now < self._next_emit_ms:
+                return
+            self._next_emit_ms = now + self.emit_interval_ms
+        last = self.last_emit_close_time
+        if last != NO_TIMESTAMP and last >= close:
+            return
+        td = self.td
+        upper = close - td - 1
+        if upper < 0:
+            return
+        lower = 0 if last == NO_TIMESTAMP else max(0, last - td)
+        pending = self._pending_close
+        store = self.store
+        bound = store.read_bound()
+        finish = self._finish
+        emitted = 0
+        while pending and pending[0][0] <= upper:
+            start, _kb, key = heapq.heappop(pending)
+            if start < lower or start < bound:
+                continue  # below the time-ordered store's retention: never emitted (R29)
+            kw = store.keys.get(key)
+            e = None if kw is None else kw.entries.get(start)
+            if e is None:
+                continue
+            acc = e[0]
+            out.append(
+                _new_update(WindowUpdate, (key, start, start + td, acc if finish is None else finish(acc), e[1], e[2]))
+            )
+            emitted += 1
+        self.stats.updates_emitted += emitted
+        self.last_emit_close_time = close

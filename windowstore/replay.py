@@ -1,0 +1,152 @@
+"""Replay a file of events through one task and print what the service would emit.
+
+``python -m windowstore replay --time-difference-ms D --grace-ms G --aggregation collect --emit every``
+reads JSON lines ``{"key": str, "value": any, "ts": int}`` from stdin (one task, arrival order) and writes one
+JSON line per emitted update: ``{"key", "window_start", "window_end", "value", "ts"}``. A summary line goes to
+stderr: ``records``, ``dropped_records`` (late at entry, R8), ``dropped_records_total`` (Kafka Streams'
+``dropped-records-total`` sensor: null key/value, invalid timestamp, late, and skipped closed windows) and
+the other processor counters. A malformed line is an error naming the line number (exit code 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any, TextIO
+
+from .aggregations import BUILTINS, Aggregation, parse_aggregations
+from .processor import SlidingWindowProcessor
+from .updates import EmitMode, WindowUpdate
+from .windows import ConfigError, SlidingWindows
+
+__all__ = ["replay_records", "ReplayInputError", "parse_lines", "main", "update_to_json"]
+
+REPLAY_AGGREGATIONS = ("collect", "count", "sum", "min", "max", "mean")
+_NUMERIC = {"sum", "min", "max", "mean", "variance", "stddev"}
+
+
+class ReplayInputError(ValueError):
+    """A malformed input line; ``line`` is 1-based."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(f"line {line}: {message}")
+        self.line = line
+
+
+def parse_lines(lines: Iterable[str], aggregation: str | None = None) -> Iterator[dict[str, Any]]:
+    """Parse and validate JSON-lines records; blank lines are skipped."""
+    numeric = aggregation in _NUMERIC
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ReplayInputError(n, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(rec, dict):
+            raise ReplayInputError(n, f"expected a JSON object, got {type(rec).__name__}")
+        missing = [f for f in ("key", "value", "ts") if f not in rec]
+        if missing:
+            raise ReplayInputError(n, f"missing field(s) {', '.join(missing)}")
+        ts = rec["ts"]
+        if isinstance(ts, bool) or not isinstance(ts, int):
+            raise ReplayInputError(n, f"ts must be an integer number of milliseconds, got {ts!r}")
+        v = rec["value"]
+        if numeric and v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise ReplayInputError(n, f"aggregation {aggregation!r} needs a numeric value, got {v!r}")
+        yield rec
+
+
+def update_to_json(u: WindowUpdate) -> dict[str, Any]:
+    return {"key": u.key, "window_start": u.start, "window_end": u.end, "value": u.value, "ts": u.ts}
+
+
+def _hashable_key(key: Any) -> Any:
+    if isinstance(key, (list, dict)):
+        return json.dumps(key, sort_keys=True)
+    return key
+
+
+def replay_records(
+    records: Iterable[dict[str, Any]],
+    *,
+    time_difference_ms: int,
+    grace_ms: int,
+    aggregation: str | Aggregation,
+    emit: str | EmitMode,
+    flush_every: int | None = None,
+    retention_ms: int | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run ``records`` (dicts with key, value, ts) through one processor; returns (updates, summary)."""
+    windows = SlidingWindows(time_difference_ms, grace_ms, retention_ms)
+    agg = parse_aggregations(aggregation) if isinstance(aggregation, str) else aggregation
+    mode = EmitMode.parse(emit)
+    if flush_every is not None and flush_every < 1:
+        raise ConfigError(f"flush_every must be at least 1, got {flush_every}")
+    proc = SlidingWindowProcessor(windows, agg, mode)
+    out: list[dict[str, Any]] = []
+    n = 0
+    for rec in records:
+        n += 1
+        for u in proc.process(_hashable_key(rec["key"]), rec["value"], rec["ts"]):
+            out.append(update_to_json(u))
+        if mode is EmitMode.UPDATE and flush_every and n % flush_every == 0:
+            out.extend(update_to_json(u) for u in proc.flush())
+    out.extend(update_to_json(u) for u in proc.flush())
+    summary: dict[str, Any] = {"records": n, "dropped_records": proc.stats.dropped_late}
+    summary.update(proc.stats.as_dict())
+    summary["windows"] = len(proc.store)
+    summary["observed_stream_time"] = proc.observed_stream_time
+    return out, summary
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m windowstore replay",
+        description="Replay JSON-lines events through Kafka Streams sliding-window semantics (one task).",
+    )
+    p.add_argument("--time-difference-ms", type=int, required=True, help="max time difference td (inclusive)")
+    p.add_argument("--grace-ms", type=int, default=0, help="grace period after a window's end (default 0)")
+    p.add_argument(
+        "--aggregation",
+        default="collect",
+        help=f"one of {', '.join(REPLAY_AGGREGATIONS)} (also: {', '.join(sorted(set(BUILTINS) - set(REPLAY_AGGREGATIONS)))})",
+    )
+    p.add_argument("--emit", default="update", choices=[m.value for m in EmitMode], help="emit mode")
+    p.add_argument("--flush-every", type=int, default=None, help="update mode: flush after every N records")
+    p.add_argument("--retention-ms", type=int, default=None, help="store retention (default 2*td + grace)")
+    return p
+
+
+def run(argv: list[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    args = build_parser().parse_args(argv)
+    if args.aggregation not in BUILTINS:
+        stderr.write(f"error: unknown aggregation {args.aggregation!r}; known: {', '.join(sorted(BUILTINS))}\n")
+        return 2
+    try:
+        updates, summary = replay_records(
+            parse_lines(stdin, args.aggregation),
+            time_difference_ms=args.time_difference_ms,
+            grace_ms=args.grace_ms,
+            aggregation=args.aggregation,
+            emit=args.emit,
+            flush_every=args.flush_every,
+            retention_ms=args.retention_ms,
+        )
+    except ReplayInputError as exc:
+        stderr.write(f"error: {exc}\n")
+        return 2
+    except ConfigError as exc:
+        stderr.write(f"error: {exc}\n")
+        return 2
+    write = stdout.write
+    for u in updates:
+        write(json.dumps(u, separators=(",", ":")) + "\n")
+    stderr.write(json.dumps(summary) + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(sys.argv[1:] if argv is None else argv, sys.stdin, sys.stdout, sys.stderr)

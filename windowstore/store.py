@@ -1,0 +1,245 @@
+"""The window store: per key, windows ordered by start, with Kafka Streams' read visibility and expiry.
+
+A window is stored under ``(key, start)`` as a small mutable entry ``[acc, max_ts, count]``:
+
+* ``acc``     the aggregation accumulator (immutable value, replaced on every put)
+* ``max_ts``  the largest record timestamp in the window (SEMANTICS.md R5)
+* ``count``   how many records were folded into ``acc``
+
+Store time and visibility (R25). The store keeps its own stream time ``store_time`` = the largest window START
+ever put (across all keys), not a record timestamp. Which windows a read can still see depends on the kind of
+store Kafka Streams uses for the emit mode, with ``retention`` = ``2*td + grace`` by default::
+
+    visibility   reads see starts >=             Kafka Streams store
+    ----------   -------------------------       -------------------------------------------------
+    KEY_FIRST    store_time - retention + 1      RocksDB/in-memory window store, no cache (emit every)
+    TIME_FIRST   store_time - retention          time-ordered store of emit-on-window-close
+    UNBOUNDED    everything still held           the record cache in front of the store (emit update)
+
+    starts:  ... |-----------------retention-----------------|
+                 ^ store_time - retention (+1 for KEY_FIRST)  ^ store_time
+                 invisible below this bound                   max start ever put
+
+Windows that no read can see any more are dropped physically (lazily per key on access, and in bulk by
+:meth:`WindowStore.expire`), and counted in ``expired``.
+"""
+
+from __future__ import annotations
+
+import enum
+from bisect import bisect_left, bisect_right
+from collections.abc import Hashable, Iterator
+from typing import Any
+
+__all__ = ["Visibility", "WindowStore", "KeyWindows", "StoredWindow"]
+
+NO_TIMESTAMP = -1
+
+#: One stored window as returned by reads: ``(key, start, acc, max_ts, count)``.
+StoredWindow = tuple[Hashable, int, Any, int, int]
+
+
+class Visibility(enum.Enum):
+    """Which stored windows reads can see (see the module docstring)."""
+
+    KEY_FIRST = "key-first"
+    TIME_FIRST = "time-first"
+    UNBOUNDED = "unbounded"
+
+
+class KeyWindows:
+    """The windows of one key: ``starts`` sorted ascending, ``entries[start] = [acc, max_ts, count]``."""
+
+    __slots__ = ("starts", "entries")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.entries: dict[int, list] = {}
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def trim_below(self, bound: int) -> int:
+        """Drop every window with start < ``bound``; return how many were dropped."""
+        starts = self.starts
+        if not starts or starts[0] >= bound:
+            return 0
+        i = bisect_left(starts, bound)
+        entries = self.entries
+        for s in starts[:i]:
+            del entries[s]
+        del starts[:i]
+        return i
+
+
+class WindowStore:
+    """Per-key windows ordered by start, with inclusive range scans and retention by the store's own time.
+
+    ``purge_margin_ms`` (``UNBOUNDED`` only): windows whose start is below ``store_time - purge_margin_ms`` are
+    dropped; the processor sets it so that no accepted record could ever read them again.
+    """
+
+    def __init__(
+        self,
+        retention_ms: int,
+        visibility: Visibility = Visibility.KEY_FIRST,
+        purge_margin_ms: int | None = None,
+    ) -> None:
+        if retention_ms < 0:
+            raise ValueError(f"retention_ms must not be negative, got {retention_ms}")
+        self.retention_ms = retention_ms
+        self.visibility = visibility
+        self.purge_margin_ms = purge_margin_ms
+        self.store_time = NO_TIMESTAMP
+        self.keys: dict[Hashable, KeyWindows] = {}
+        self.expired = 0
+        self._size = 0
+
+    # -- visibility -------------------------------------------------------------------------------------------
+    def read_bound(self) -> int:
+        """Smallest window start a read can see now (inclusive)."""
+        st = self.store_time
+        if st == NO_TIMESTAMP:
+            return -(1 << 62)
+        if self.visibility is Visibility.KEY_FIRST:
+            return st - self.retention_ms + 1
+        if self.visibility is Visibility.TIME_FIRST:
+            return st - self.retention_ms
+        return -(1 << 62)
+
+    def purge_bound(self) -> int:
+        """Starts below this are never read again and may be dropped."""
+        if self.visibility is Visibility.UNBOUNDED:
+            if self.purge_margin_ms is None or self.store_time == NO_TIMESTAMP:
+                return -(1 << 62)
+            return self.store_time - self.purge_margin_ms
+        return self.read_bound()
+
+    # -- writes -----------------------------------------------------------------------------------------------
+    def windows_of(self, key: Hashable) -> KeyWindows:
+        """The key's windows, trimmed to what is still visible (created empty if the key is new)."""
+        kw = self.keys.get(key)
+        if kw is None:
+            kw = self.keys[key] = KeyWindows()
+        elif kw.starts and kw.starts[0] < (bound := self.purge_bound()):
+            n = kw.trim_below(bound)
+            self.expired += n
+            self._size -= n
+        return kw
+
+    def put(self, key: Hashable, start: int, acc: Any, max_ts: int, count: int) -> bool:
+        """Store a window (insert or replace). Returns True when a new window was stored (False for a
+        replaced one, and for a new one below the read bound, which no read could ever see)."""
+        if start > self.store_time:
+            self.store_time = start
+        kw = self.windows_of(key)
+        entry = kw.entries.get(start)
+        if entry is not None:
+            entry[0] = acc
+            entry[1] = max_ts
+            entry[2] = count
+            return False
+        if start < self.read_bound():
+            # Kafka's store would keep it invisible (or drop it as an expired segment): never readable again.
+            return False
+        kw.entries[start] = [acc, max_ts, count]
+        starts = kw.starts
+        if not starts or start > starts[-1]:
+            starts.append(start)
+        else:
+            starts.insert(bisect_left(starts, start), start)
+        self._size += 1
+        return True
+
+    def observe_start(self, start: int) -> None:
+        """Advance the store time as a put of a window starting at ``start`` would."""
+        if start > self.store_time:
+            self.store_time = start
+
+    # -- reads ------------------------------------------------------------------------------------------------
+    def get(self, key: Hashable, start: int) -> StoredWindow | None:
+        """The window of ``key`` starting at ``start`` if it exists and is visible."""
+        kw = self.keys.get(key)
+        if kw is None or start < self.read_bound():
+            return None
+        e = kw.entries.get(start)
+        return None if e is None else (key, start, e[0], e[1], e[2])
+
+    def fetch(self, key: Hashable, time_from: int, time_to: int) -> Iterator[StoredWindow]:
+        """Windows of ``key`` with ``time_from <= start <= time_to`` (both inclusive), ascending start."""
+        kw = self.keys.get(key)
+        if kw is None:
+            return
+        lo = max(time_from, self.read_bound())
+        starts = kw.starts
+        for i in range(bisect_left(starts, lo), bisect_right(starts, time_to)):
+            s = starts[i]
+            e = kw.entries[s]
+            yield (key, s, e[0], e[1], e[2])
+
+    def backward_fetch(self, key: Hashable, time_from: int, time_to: int) -> Iterator[StoredWindow]:
+        """Like :meth:`fetch` but in descending start order."""
+        kw = self.keys.get(key)
+        if kw is None:
+            return
+        lo = max(time_from, self.read_bound())
+        starts = kw.starts
+        for i in range(bisect_right(starts, time_to) - 1, bisect_left(starts, lo) - 1, -1):
+            s = starts[i]
+            e = kw.entries[s]
+            yield (key, s, e[0], e[1], e[2])
+
+    def fetch_all(self, time_from: int, time_to: int) -> list[StoredWindow]:
+        """Every key's windows with ``time_from <= start <= time_to``, ordered by (start, key bytes)."""
+        out: list[StoredWindow] = []
+        for key in self.keys:
+            out.extend(self.fetch(key, time_from, time_to))
+        out.sort(key=lambda w: (w[1], key_bytes(w[0])))
+        return out
+
+    def all_windows(self) -> Iterator[StoredWindow]:
+        """Every visible window, per key in insertion order of keys, ascending start."""
+        bound = self.read_bound()
+        for key, kw in self.keys.items():
+            for s in kw.starts:
+                if s >= bound:
+                    e = kw.entries[s]
+                    yield (key, s, e[0], e[1], e[2])
+
+    # -- maintenance ------------------------------------------------------------------------------------------
+    def expire(self) -> int:
+        """Drop every window below the purge bound and keys left empty; returns windows dropped."""
+        bound = self.purge_bound()
+        dropped = 0
+        empty = []
+        for key, kw in self.keys.items():
+            dropped += kw.trim_below(bound)
+            if not kw.starts:
+                empty.append(key)
+        for key in empty:
+            del self.keys[key]
+        self.expired += dropped
+        self._size -= dropped
+        return dropped
+
+    def __len__(self) -> int:
+        """Number of windows held (including not-yet-purged invisible ones)."""
+        return self._size
+
+    def num_keys(self) -> int:
+        return len(self.keys)
+
+
+def key_bytes(key: Hashable) -> bytes:
+    """Byte form of a key used for cross-key ordering (Kafka orders by serialized key bytes).
+
+    ``str`` -> UTF-8 (Kafka's StringSerde), ``bytes`` as is, ``int`` -> 8-byte big-endian two's complement
+    (LongSerde); anything else by its ``str``.
+    """
+    if isinstance(key, str):
+        return key.encode("utf-8")
+    if isinstance(key, (bytes, bytearray)):
+        return bytes(key)
+    if isinstance(key, int) and not isinstance(key, bool):
+        return (key & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big")
+    return str(key).encode("utf-8")
