@@ -175,7 +175,7 @@ class Variance(Aggregation):
 
     name = "variance"
     commutative = True
-    batch_kind = "variance"
+    batch_kind = None  # the accumulator keeps the first value as shift: order-dependent state
     finish_is_identity = False
 
     def create(self) -> tuple[int, Any, Any, Any]:
@@ -210,7 +210,7 @@ class StdDev(Variance):
     """Population standard deviation (square root of :class:`Variance`)."""
 
     name = "stddev"
-    batch_kind = "stddev"
+    batch_kind = None
 
     def finish(self, acc: tuple) -> float | None:
         var = super().finish(acc)

@@ -353,7 +353,7 @@ class SlidingWindowProcessor:
             start, _kb, key = heapq.heappop(pending)
             if start < lower or start < bound:
                 continue  # below the time-ordered store's retention: never emitted (R29)
-            kw = store.keys.get(key)
+            kw = store._load(key)
             e = None if kw is None else kw.entries.get(start)
             if e is None:
                 continue
@@ -364,3 +364,76 @@ class SlidingWindowProcessor:
             emitted += 1
         self.stats.updates_emitted += emitted
         self.last_emit_close_time = close
+
+    # ------------------------------------------------------------------------------------------------ state
+    def export_meta(self) -> bytes:
+        """The task meta (stream time, emit progress, expiry index, ...): see :mod:`windowstore.serde`."""
+        from .serde import encode_meta
+
+        return encode_meta(self)
+
+    def export_keys(self, keys: Iterable[Hashable]) -> dict[Hashable, bytes | None]:
+        """Per-key window blobs; ``None`` for a key that has no window left (delete it from the backend).
+        Keys that are neither in memory nor expired (never loaded, so unchanged) are left out."""
+        from .serde import encode_key_windows
+
+        store = self.store
+        out: dict[Hashable, bytes | None] = {}
+        for key in keys:
+            if key not in store.key_max_start:
+                out[key] = None
+                continue
+            kw = store.keys.get(key)
+            if kw is not None:
+                out[key] = encode_key_windows(kw) if kw.starts else None
+        return out
+
+    def dirty_keys(self) -> set[Hashable]:
+        """Keys whose windows changed since :meth:`clear_dirty_keys` (expiry included)."""
+        return set(self.store.dirty)
+
+    def clear_dirty_keys(self) -> None:
+        self.store.clear_dirty()
+
+    def to_bytes(self) -> bytes:
+        """A whole-task snapshot (meta + every key)."""
+        from .serde import dump_processor
+
+        return dump_processor(self)
+
+    @classmethod
+    def from_bytes(
+        cls, data: bytes, windows: SlidingWindows, aggregation: Aggregation, emit: EmitMode | str, **kwargs: Any
+    ) -> "SlidingWindowProcessor":
+        """Inverse of :meth:`to_bytes`; the definition must match the one the snapshot was written with."""
+        from .serde import load_processor_state
+
+        proc = cls(windows, aggregation, emit, **kwargs)
+        load_processor_state(proc, data)
+        return proc
+
+    @classmethod
+    def from_state(
+        cls,
+        windows: SlidingWindows,
+        aggregation: Aggregation,
+        emit: EmitMode | str,
+        meta: bytes | None,
+        loader: Callable[[Hashable], bytes | None],
+        **kwargs: Any,
+    ) -> "SlidingWindowProcessor":
+        """A processor over external state: ``meta`` from :meth:`export_meta` (``None`` for a new task) and
+        ``loader(key)`` returning the key's blob from :meth:`export_keys` (``None`` if absent), called the
+        first time a key is touched."""
+        from .serde import apply_meta, decode_key_windows
+
+        proc = cls(windows, aggregation, emit, **kwargs)
+        if meta is not None:
+            apply_meta(proc, meta)
+
+        def load(key: Hashable) -> Any:
+            blob = loader(key)
+            return None if blob is None else decode_key_windows(blob)
+
+        proc.store.loader = load
+        return proc

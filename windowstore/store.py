@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import enum
 from bisect import bisect_left, bisect_right
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 __all__ = ["Visibility", "WindowStore", "KeyWindows", "StoredWindow"]
@@ -84,6 +84,7 @@ class WindowStore:
         retention_ms: int,
         visibility: Visibility = Visibility.KEY_FIRST,
         purge_margin_ms: int | None = None,
+        loader: Callable[[Hashable], KeyWindows | None] | None = None,
     ) -> None:
         if retention_ms < 0:
             raise ValueError(f"retention_ms must not be negative, got {retention_ms}")
@@ -91,7 +92,13 @@ class WindowStore:
         self.visibility = visibility
         self.purge_margin_ms = purge_margin_ms
         self.store_time = NO_TIMESTAMP
+        #: windows of the keys held in memory (all keys, unless a ``loader`` brings them in on first use)
         self.keys: dict[Hashable, KeyWindows] = {}
+        #: largest window start of every key that has windows, in memory or not (idle-key expiry)
+        self.key_max_start: dict[Hashable, int] = {}
+        #: keys whose windows changed since :meth:`clear_dirty` (what an external state store must write)
+        self.dirty: set[Hashable] = set()
+        self.loader = loader
         self.expired = 0
         self._size = 0
 
@@ -116,15 +123,26 @@ class WindowStore:
         return self.read_bound()
 
     # -- writes -----------------------------------------------------------------------------------------------
+    def _load(self, key: Hashable) -> KeyWindows | None:
+        """The key's windows from memory, or from the loader the first time the key is used."""
+        kw = self.keys.get(key)
+        if kw is None and self.loader is not None and key in self.key_max_start:
+            kw = self.loader(key)
+            if kw is not None:
+                self.keys[key] = kw
+                self._size += len(kw)
+        return kw
+
     def windows_of(self, key: Hashable) -> KeyWindows:
         """The key's windows, trimmed to what is still visible (created empty if the key is new)."""
-        kw = self.keys.get(key)
+        kw = self._load(key)
         if kw is None:
             kw = self.keys[key] = KeyWindows()
         elif kw.starts and kw.starts[0] < (bound := self.purge_bound()):
             n = kw.trim_below(bound)
             self.expired += n
             self._size -= n
+            self.dirty.add(key)
         return kw
 
     def put(self, key: Hashable, start: int, acc: Any, max_ts: int, count: int) -> bool:
@@ -133,6 +151,7 @@ class WindowStore:
         if start > self.store_time:
             self.store_time = start
         kw = self.windows_of(key)
+        self.dirty.add(key)
         entry = kw.entries.get(start)
         if entry is not None:
             entry[0] = acc
@@ -146,6 +165,7 @@ class WindowStore:
         starts = kw.starts
         if not starts or start > starts[-1]:
             starts.append(start)
+            self.key_max_start[key] = start
         else:
             starts.insert(bisect_left(starts, start), start)
         self._size += 1
@@ -159,7 +179,7 @@ class WindowStore:
     # -- reads ------------------------------------------------------------------------------------------------
     def get(self, key: Hashable, start: int) -> StoredWindow | None:
         """The window of ``key`` starting at ``start`` if it exists and is visible."""
-        kw = self.keys.get(key)
+        kw = self._load(key)
         if kw is None or start < self.read_bound():
             return None
         e = kw.entries.get(start)
@@ -167,7 +187,7 @@ class WindowStore:
 
     def fetch(self, key: Hashable, time_from: int, time_to: int) -> Iterator[StoredWindow]:
         """Windows of ``key`` with ``time_from <= start <= time_to`` (both inclusive), ascending start."""
-        kw = self.keys.get(key)
+        kw = self._load(key)
         if kw is None:
             return
         lo = max(time_from, self.read_bound())
@@ -179,7 +199,7 @@ class WindowStore:
 
     def backward_fetch(self, key: Hashable, time_from: int, time_to: int) -> Iterator[StoredWindow]:
         """Like :meth:`fetch` but in descending start order."""
-        kw = self.keys.get(key)
+        kw = self._load(key)
         if kw is None:
             return
         lo = max(time_from, self.read_bound())
@@ -192,7 +212,7 @@ class WindowStore:
     def fetch_all(self, time_from: int, time_to: int) -> list[StoredWindow]:
         """Every key's windows with ``time_from <= start <= time_to``, ordered by (start, key bytes)."""
         out: list[StoredWindow] = []
-        for key in self.keys:
+        for key in list(self.key_max_start):
             out.extend(self.fetch(key, time_from, time_to))
         out.sort(key=lambda w: (w[1], key_bytes(w[0])))
         return out
@@ -208,19 +228,33 @@ class WindowStore:
 
     # -- maintenance ------------------------------------------------------------------------------------------
     def expire(self) -> int:
-        """Drop every window below the purge bound and keys left empty; returns windows dropped."""
+        """Drop every window below the purge bound, in memory and of idle keys not loaded (their whole
+        state is gone once their newest window is); returns windows dropped from memory. Keys that lost
+        windows are marked dirty; a key with no window left reads as ``None`` in an export."""
         bound = self.purge_bound()
         dropped = 0
-        empty = []
         for key, kw in self.keys.items():
-            dropped += kw.trim_below(bound)
-            if not kw.starts:
-                empty.append(key)
-        for key in empty:
+            n = kw.trim_below(bound)
+            if n:
+                dropped += n
+                self.dirty.add(key)
+        for key in [k for k, kw in self.keys.items() if not kw.starts]:
             del self.keys[key]
+        idle = [k for k, s in self.key_max_start.items() if s < bound]
+        for key in idle:
+            del self.key_max_start[key]
+            self.dirty.add(key)
         self.expired += dropped
         self._size -= dropped
         return dropped
+
+    def clear_dirty(self) -> None:
+        self.dirty.clear()
+
+    def evict_clean(self) -> None:
+        """Forget in-memory windows of keys that are not dirty (they can be loaded again)."""
+        for key in [k for k in self.keys if k not in self.dirty]:
+            self._size -= len(self.keys.pop(key))
 
     def __len__(self) -> int:
         """Number of windows held (including not-yet-purged invisible ones)."""

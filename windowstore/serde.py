@@ -1,0 +1,177 @@
+"""Compact serialized forms of the window store and the processor, for external state (Spark's state store).
+
+Two granularities, so a state backend can hold one entry per key plus one per task:
+
+* a **key blob** - one key's windows: ``starts``, ``max_ts`` and ``count`` as little-endian int64 arrays
+  (starts delta-encoded), then the accumulators (pickled list: accumulators are plain immutable Python values);
+* the **task meta** - everything else of the processor: observed stream time (R7), last emit close time (R27),
+  store time and expiry index, pending emit-on-close windows, unflushed update-mode entries and counters.
+
+A whole-task snapshot (:func:`dump_processor`) is the meta plus every key blob. Blobs carry a format version;
+an unknown version is an error, never a silent misread. Pickle is used only for accumulator values produced by
+this process's own aggregations; never load state from an untrusted source.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from array import array
+from collections.abc import Hashable, Iterable
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
+
+from .store import KeyWindows
+from .updates import ProcessorStats
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .processor import SlidingWindowProcessor
+
+__all__ = [
+    "StateFormatError",
+    "encode_key_windows",
+    "decode_key_windows",
+    "encode_meta",
+    "apply_meta",
+    "dump_processor",
+    "load_processor_state",
+]
+
+KEY_FORMAT = 1
+META_FORMAT = 1
+SNAPSHOT_FORMAT = 1
+_HEADER = struct.Struct("<BI")  # format version, number of windows
+_LITTLE = array("q", [1]).tobytes()[0] == 1
+
+
+class StateFormatError(ValueError):
+    """Serialized state that this version cannot read."""
+
+
+def _int64_bytes(values: Iterable[int]) -> bytes:
+    a = array("q", values)
+    if not _LITTLE:  # pragma: no cover - big-endian hosts
+        a.byteswap()
+    return a.tobytes()
+
+
+def _int64_array(data: bytes | memoryview) -> array:
+    a = array("q")
+    a.frombytes(data)
+    if not _LITTLE:  # pragma: no cover
+        a.byteswap()
+    return a
+
+
+def encode_key_windows(kw: KeyWindows) -> bytes:
+    """One key's windows as bytes (see the module docstring)."""
+    starts = kw.starts
+    n = len(starts)
+    entries = kw.entries
+    deltas = [starts[0]] + [starts[i] - starts[i - 1] for i in range(1, n)] if n else []
+    rows = [entries[s] for s in starts]
+    return b"".join(
+        (
+            _HEADER.pack(KEY_FORMAT, n),
+            _int64_bytes(deltas),
+            _int64_bytes(r[1] for r in rows),
+            _int64_bytes(r[2] for r in rows),
+            pickle.dumps([r[0] for r in rows], protocol=5),
+        )
+    )
+
+
+def decode_key_windows(data: bytes) -> KeyWindows:
+    """Inverse of :func:`encode_key_windows`."""
+    view = memoryview(data)
+    if len(view) < _HEADER.size:
+        raise StateFormatError("key state blob is truncated")
+    version, n = _HEADER.unpack_from(view)
+    if version != KEY_FORMAT:
+        raise StateFormatError(f"key state format {version} is not supported (expected {KEY_FORMAT})")
+    off = _HEADER.size
+    width = 8 * n
+    if len(view) < off + 3 * width:
+        raise StateFormatError("key state blob is truncated")
+    deltas = _int64_array(view[off : off + width])
+    max_ts = _int64_array(view[off + width : off + 2 * width])
+    counts = _int64_array(view[off + 2 * width : off + 3 * width])
+    accs = pickle.loads(view[off + 3 * width :])
+    if len(accs) != n:
+        raise StateFormatError(f"key state blob holds {len(accs)} aggregates for {n} windows")
+    kw = KeyWindows()
+    s = 0
+    starts = kw.starts
+    entries = kw.entries
+    for i in range(n):
+        s += deltas[i]
+        starts.append(s)
+        entries[s] = [accs[i], max_ts[i], counts[i]]
+    return kw
+
+
+def encode_meta(proc: "SlidingWindowProcessor") -> bytes:
+    """The task meta of a processor (everything but the key blobs)."""
+    store = proc.store
+    meta = {
+        "format": META_FORMAT,
+        "td": proc.td,
+        "grace": proc.grace,
+        "emit": proc.emit.value,
+        "observed_stream_time": proc.observed_stream_time,
+        "last_emit_close_time": proc.last_emit_close_time,
+        "store_time": store.store_time,
+        "key_max_start": store.key_max_start,
+        "expired": store.expired,
+        "pending_close": proc._pending_close,
+        "unflushed": proc._dirty,
+        "stats": [getattr(proc.stats, f.name) for f in fields(ProcessorStats)],
+    }
+    return pickle.dumps(meta, protocol=5)
+
+
+def apply_meta(proc: "SlidingWindowProcessor", data: bytes) -> None:
+    """Restore :func:`encode_meta` output into a fresh processor of the same definition."""
+    meta: dict[str, Any] = pickle.loads(data)
+    if not isinstance(meta, dict) or meta.get("format") != META_FORMAT:
+        raise StateFormatError(f"task meta format {meta.get('format') if isinstance(meta, dict) else '?'} is not supported")
+    for name, expected in (("td", proc.td), ("grace", proc.grace), ("emit", proc.emit.value)):
+        if meta[name] != expected:
+            raise StateFormatError(
+                f"state was written with {name}={meta[name]!r} but the processor has {name}={expected!r}; "
+                "use a new checkpoint for a new window definition"
+            )
+    proc.observed_stream_time = meta["observed_stream_time"]
+    proc.last_emit_close_time = meta["last_emit_close_time"]
+    store = proc.store
+    store.store_time = meta["store_time"]
+    store.key_max_start = dict(meta["key_max_start"])
+    store.expired = meta["expired"]
+    proc._pending_close = list(meta["pending_close"])
+    proc._dirty = dict(meta["unflushed"])
+    for f, value in zip(fields(ProcessorStats), meta["stats"]):
+        setattr(proc.stats, f.name, value)
+
+
+def dump_processor(proc: "SlidingWindowProcessor") -> bytes:
+    """A whole-task snapshot: meta plus every key's windows."""
+    store = proc.store
+    keys: dict[Hashable, bytes] = {}
+    for key in store.key_max_start:
+        kw = store._load(key)
+        if kw is not None and kw.starts:
+            keys[key] = encode_key_windows(kw)
+    return pickle.dumps({"format": SNAPSHOT_FORMAT, "meta": encode_meta(proc), "keys": keys}, protocol=5)
+
+
+def load_processor_state(proc: "SlidingWindowProcessor", data: bytes) -> None:
+    """Restore a :func:`dump_processor` snapshot into a fresh processor."""
+    snap = pickle.loads(data)
+    if not isinstance(snap, dict) or snap.get("format") != SNAPSHOT_FORMAT:
+        raise StateFormatError("task snapshot format is not supported")
+    apply_meta(proc, snap["meta"])
+    store = proc.store
+    for key, blob in snap["keys"].items():
+        kw = decode_key_windows(blob)
+        store.keys[key] = kw
+        store._size += len(kw)
