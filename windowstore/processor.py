@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import time
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from .aggregations import Aggregation
@@ -69,6 +69,7 @@ class SlidingWindowProcessor:
         emit_interval_ms: int = 0,
         clock: Callable[[], float] | None = None,
         collect_drops: bool = False,
+        batch: bool = False,
     ) -> None:
         self.windows = windows
         self.aggregation = aggregation
@@ -101,6 +102,10 @@ class SlidingWindowProcessor:
         self._accumulate = aggregation.accumulate
         self._finish = None if aggregation.finish_is_identity else aggregation.finish
         self._out: list[WindowUpdate] | None = None
+        #: keep raw records per key so :meth:`process_batch` can take the batch path (update mode)
+        self.batch = batch
+        #: keys that took a partially-late record: the batch path checks them against R3 before use
+        self.flagged_keys: set[Hashable] = set()
 
     # ------------------------------------------------------------------------------------------------- input
     def process(self, key: Hashable, value: Any, ts: int) -> list[WindowUpdate]:
@@ -153,6 +158,14 @@ class SlidingWindowProcessor:
                 out.extend(r)
         return out
 
+    def process_batch(self, records: "Sequence[tuple[Hashable, Any, Any]]") -> bool:
+        """Process ``(key, value, ts)`` records in arrival order, on the batch fast path when it applies
+        (update mode, ``batch=True``, a commutative built-in aggregation, no partially-late record); results
+        are identical to calling :meth:`process` for each. Returns whether the batch path was taken."""
+        from .batch import process_batch
+
+        return process_batch(self, records)
+
     def flush(self) -> list[WindowUpdate]:
         """Update mode: the last value of every window written since the previous flush, ordered by last
         write (Kafka Streams' record cache flush, R21). Other modes: nothing."""
@@ -180,9 +193,19 @@ class SlidingWindowProcessor:
         return self.store.expire()
 
     # --------------------------------------------------------------------------------------------- internals
-    def _drop(self, key: Hashable, value: Any, ts: Any, reason: DropReason) -> None:
+    def _drop(self, key: Hashable, value: Any, ts: Any, reason: DropReason, stream_time: int | None = None) -> None:
         if self.collect_drops:
-            self.drops.append(DroppedRecord(key, value, ts, reason, self.observed_stream_time))
+            st = self.observed_stream_time if stream_time is None else stream_time
+            self.drops.append(DroppedRecord(key, value, ts, reason, st))
+
+    def _keep_raw(self, key: Hashable, kw: Any, value: Any, t: int, close: int) -> None:
+        if kw.raw_ts is None:
+            kw.raw_ts, kw.raw_values = [], []
+        i = bisect_right(kw.raw_ts, t)
+        kw.raw_ts.insert(i, t)
+        kw.raw_values.insert(i, value)
+        if t < close:
+            self.flagged_keys.add(key)
 
     def _write(self, key: Hashable, start: int, acc: Any, ts: int, count: int, created: bool) -> None:
         """Put a window and forward it (R18): every put in ``every``, the cache entry in ``update``."""
@@ -235,6 +258,8 @@ class SlidingWindowProcessor:
         td = self.td
         store = self.store
         kw = store.windows_of(key)
+        if self.batch:
+            self._keep_raw(key, kw, value, t, close)
         starts = kw.starts
         entries = kw.entries
         lo = t - 2 * td
@@ -294,6 +319,8 @@ class SlidingWindowProcessor:
         """``processEarly`` (R11) for a record with ``0 <= t < td``: the combined window ``[0, td]``."""
         store = self.store
         kw = store.windows_of(key)
+        if self.batch:
+            self._keep_raw(key, kw, value, t, close)
         starts = kw.starts
         entries = kw.entries
         lo = store.read_bound()

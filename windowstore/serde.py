@@ -3,7 +3,8 @@
 Two granularities, so a state backend can hold one entry per key plus one per task:
 
 * a **key blob** - one key's windows: ``starts``, ``max_ts`` and ``count`` as little-endian int64 arrays
-  (starts delta-encoded), then the accumulators (pickled list: accumulators are plain immutable Python values);
+  (starts delta-encoded), then the accumulators (pickled list: accumulators are plain immutable Python values)
+  and, when the batch path is on, the key's raw records within retention;
 * the **task meta** - everything else of the processor: observed stream time (R7), last emit close time (R27),
   store time and expiry index, pending emit-on-close windows, unflushed update-mode entries and counters.
 
@@ -76,7 +77,7 @@ def encode_key_windows(kw: KeyWindows) -> bytes:
             _int64_bytes(deltas),
             _int64_bytes(r[1] for r in rows),
             _int64_bytes(r[2] for r in rows),
-            pickle.dumps([r[0] for r in rows], protocol=5),
+            pickle.dumps(([r[0] for r in rows], kw.raw_ts, kw.raw_values), protocol=5),
         )
     )
 
@@ -96,10 +97,12 @@ def decode_key_windows(data: bytes) -> KeyWindows:
     deltas = _int64_array(view[off : off + width])
     max_ts = _int64_array(view[off + width : off + 2 * width])
     counts = _int64_array(view[off + 2 * width : off + 3 * width])
-    accs = pickle.loads(view[off + 3 * width :])
+    accs, raw_ts, raw_values = pickle.loads(view[off + 3 * width :])
     if len(accs) != n:
         raise StateFormatError(f"key state blob holds {len(accs)} aggregates for {n} windows")
     kw = KeyWindows()
+    kw.raw_ts = raw_ts
+    kw.raw_values = raw_values
     s = 0
     starts = kw.starts
     entries = kw.entries

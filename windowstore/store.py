@@ -50,17 +50,26 @@ class Visibility(enum.Enum):
 class KeyWindows:
     """The windows of one key: ``starts`` sorted ascending, ``entries[start] = [acc, max_ts, count]``."""
 
-    __slots__ = ("starts", "entries")
+    __slots__ = ("starts", "entries", "raw_ts", "raw_values")
 
     def __init__(self) -> None:
         self.starts: list[int] = []
         self.entries: dict[int, list] = {}
+        #: accepted records (ts ascending, arrival order within a ts), kept only for the batch path
+        self.raw_ts: list[int] | None = None
+        self.raw_values: list[Any] | None = None
 
     def __len__(self) -> int:
         return len(self.starts)
 
     def trim_below(self, bound: int) -> int:
-        """Drop every window with start < ``bound``; return how many were dropped."""
+        """Drop every window with start < ``bound`` (and raw records with ts < ``bound``); return how many
+        windows were dropped."""
+        raw = self.raw_ts
+        if raw and raw[0] < bound:
+            j = bisect_left(raw, bound)
+            del raw[:j]
+            del self.raw_values[:j]  # type: ignore[index]
         starts = self.starts
         if not starts or starts[0] >= bound:
             return 0
