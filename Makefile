@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: venv test test-unit demo clean bench
+.PHONY: venv test test-unit demo clean bench broker-start broker-stop jars
 
 # Installs the project with every extra into .venv. pip caches the pyspark wheel it builds from the
 # sdist (~/.cache/pip), so only the first install on a machine pays for it.
@@ -28,3 +28,17 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+# JVM artifacts (Kafka broker classpath, Spark's Kafka connector) resolved with Maven into
+# ~/.cache/slidingwindow/jars (or $SLIDINGWINDOW_JAR_CACHE); later runs do not call Maven.
+jars: venv
+	$(PY) -m connectors.jars kafka >/dev/null
+	$(PY) -m connectors.jars spark-kafka >/dev/null
+
+# A local single-node Kafka (KRaft) in the background: BROKER_PORT (9092), data and logs in var/kafka.
+BROKER_PORT ?= 9092
+broker-start: venv
+	$(PY) -m connectors.local_broker start --port $(BROKER_PORT)
+
+broker-stop: venv
+	$(PY) -m connectors.local_broker stop

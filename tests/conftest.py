@@ -1,0 +1,115 @@
+"""Shared pytest fixtures.
+
+Kafka (only started when a test asks for ``kafka_bootstrap`` or ``make_topic``; unit tests never pay for it):
+
+``kafka_bootstrap`` (session)
+    Bootstrap servers of a Kafka broker, from the first source that works:
+
+    1. ``$KAFKA_BOOTSTRAP_SERVERS`` (an existing broker; nothing is started or stopped);
+    2. a testcontainers Kafka container, if a Docker engine answers a ping;
+    3. :class:`connectors.local_broker.LocalKafkaBroker` (JVM from Maven-resolved jars) on a free port, data in a
+       session tmp dir.
+
+    ``SLIDINGWINDOW_TEST_KAFKA=local`` or ``=docker`` skips the detection and forces one of 2/3.
+``make_topic`` (function)
+    ``make_topic(partitions=1, config=None, prefix=None) -> str`` creates a uniquely named topic (prefix: the test
+    name) and deletes the topics it created when the test ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import uuid
+from typing import Callable, Iterator, Mapping
+
+import pytest
+
+logger = logging.getLogger(__name__)
+
+ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
+ENV_KAFKA_MODE = "SLIDINGWINDOW_TEST_KAFKA"  # auto (default) | docker | local
+ENV_KAFKA_IMAGE = "SLIDINGWINDOW_TEST_KAFKA_IMAGE"  # image for testcontainers' KafkaContainer (Confluent cp-kafka)
+DOCKER_PING_TIMEOUT_S = 3
+
+
+def _docker_engine_answers() -> bool:
+    """True if a Docker engine answers a ping within a few seconds (a docker CLI without a daemon does not)."""
+    try:
+        import docker  # installed with testcontainers
+    except ImportError:
+        return False
+    try:
+        client = docker.from_env(timeout=DOCKER_PING_TIMEOUT_S)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:  # docker.errors.DockerException, connection errors, missing socket, ...
+        return False
+
+
+def _kafka_from_testcontainers() -> Iterator[str]:
+    from testcontainers.community.kafka import KafkaContainer
+
+    image = os.environ.get(ENV_KAFKA_IMAGE)
+    container = KafkaContainer(image) if image else KafkaContainer()
+    with container.with_kraft() as kafka:
+        yield kafka.get_bootstrap_server()
+
+
+def _kafka_from_local_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from connectors.local_broker import LocalKafkaBroker
+
+    broker = LocalKafkaBroker(port=0, data_dir=tmp_path_factory.mktemp("kafka"))
+    broker.start()
+    logger.info("local Kafka broker on %s ready in %.1fs", broker.bootstrap_servers, broker.startup_seconds or 0.0)
+    try:
+        yield broker.bootstrap_servers
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Bootstrap servers (``host:port``) of a Kafka broker for this test session."""
+    external = os.environ.get(ENV_BOOTSTRAP)
+    if external:
+        yield external
+        return
+    mode = os.environ.get(ENV_KAFKA_MODE, "auto").lower()
+    if mode not in ("auto", "docker", "local"):
+        raise pytest.UsageError(f"{ENV_KAFKA_MODE} must be auto, docker or local, not {mode!r}")
+    if mode == "docker" or (mode == "auto" and _docker_engine_answers()):
+        yield from _kafka_from_testcontainers()
+    else:
+        yield from _kafka_from_local_broker(tmp_path_factory)
+
+
+_TOPIC_UNSAFE = re.compile(r"[^a-zA-Z0-9._-]+")
+
+
+@pytest.fixture
+def make_topic(kafka_bootstrap: str, request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
+    """Factory creating uniquely named topics on ``kafka_bootstrap``; deletes them after the test."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    created: list[str] = []
+    default_prefix = _TOPIC_UNSAFE.sub("-", request.node.name).strip("-.")[:100] or "topic"
+
+    def make(partitions: int = 1, config: Mapping[str, str] | None = None, prefix: str | None = None) -> str:
+        name = f"{prefix or default_prefix}-{uuid.uuid4().hex[:10]}"
+        topic = NewTopic(name, num_partitions=partitions, replication_factor=1, config=dict(config or {}))
+        admin.create_topics([topic], operation_timeout=30)[name].result(timeout=60)
+        created.append(name)
+        return name
+
+    yield make
+    if created:
+        for name, future in admin.delete_topics(created, operation_timeout=10).items():
+            try:
+                future.result(timeout=15)
+            except Exception as e:  # best effort: the broker may already be gone
+                logger.warning("could not delete topic %s: %s", name, e)
