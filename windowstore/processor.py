@@ -98,8 +98,12 @@ class SlidingWindowProcessor:
         self._dirty: dict[tuple[Hashable, int], tuple[Any, int, int]] = {}
         # close mode: windows not yet emitted, by (start, key bytes) like Kafka's time-ordered store
         self._pending_close: list[tuple[int, bytes, Hashable]] = []
-        self._create = aggregation.create
         self._accumulate = aggregation.accumulate
+        self._emit = {
+            EmitMode.EVERY: self._emit_every,
+            EmitMode.UPDATE: self._emit_update,
+            EmitMode.CLOSE: self._emit_none,
+        }[self.emit]
         self._finish = None if aggregation.finish_is_identity else aggregation.finish
         self._out: list[WindowUpdate] | None = None
         #: keep raw records per key so :meth:`process_batch` can take the batch path (update mode)
@@ -207,49 +211,52 @@ class SlidingWindowProcessor:
         if t < close:
             self.flagged_keys.add(key)
 
-    def _write(self, key: Hashable, start: int, acc: Any, ts: int, count: int, created: bool) -> None:
-        """Put a window and forward it (R18): every put in ``every``, the cache entry in ``update``."""
-        stats = self.stats
-        if created:
-            stats.windows_created += 1
-        else:
-            stats.windows_updated += 1
-        stored_new = self.store.put(key, start, acc, ts, count)
-        emit = self.emit
-        if emit is EmitMode.EVERY:
-            finish = self._finish
-            self._out.append(  # type: ignore[union-attr]
-                _new_update(
-                    WindowUpdate,
-                    (key, start, start + self.td, acc if finish is None else finish(acc), ts, count),
-                )
-            )
-            stats.updates_emitted += 1
-        elif emit is EmitMode.UPDATE:
-            dirty = self._dirty
-            k = (key, start)
-            dirty.pop(k, None)
-            dirty[k] = (acc, ts, count)
-        elif stored_new:
-            heapq.heappush(self._pending_close, (start, key_bytes(key), key))
+    def _emit_every(self, key: Hashable, start: int, acc: Any, ts: int, count: int) -> None:
+        """Forward every put (R18, uncached)."""
+        finish = self._finish
+        self._out.append(  # type: ignore[union-attr]
+            _new_update(WindowUpdate, (key, start, start + self.td, acc if finish is None else finish(acc), ts, count))
+        )
+        self.stats.updates_emitted += 1
 
-    def _update_and_forward(
-        self,
-        key: Hashable,
-        start: int,
-        acc: Any,
-        acc_ts: int,
-        count: int,
-        value: Any,
-        t: int,
-        close: int,
-        created: bool,
-    ) -> None:
-        """``updateWindowAndForward``: add ``value`` to the window unless the window is closed (R13)."""
+    def _emit_update(self, key: Hashable, start: int, acc: Any, ts: int, count: int) -> None:
+        """Record cache: keep the last put per window, ordered by last put (R21)."""
+        dirty = self._dirty
+        k = (key, start)
+        dirty.pop(k, None)
+        dirty[k] = (acc, ts, count)
+
+    def _emit_none(self, key: Hashable, start: int, acc: Any, ts: int, count: int) -> None:
+        """Emit-on-close forwards nothing per put (R26)."""
+
+    def _create(self, key: Hashable, kw: Any, start: int, acc: Any, ts: int, count: int) -> None:
+        """Put a window that the scan did not find, and forward it."""
+        self.stats.windows_created += 1
+        store = self.store
+        if start > store.store_time:
+            store.store_time = start
+        entry = kw.entries.get(start)
+        if entry is not None:  # e.g. R20: the previous record's right window is also the left window
+            entry[0] = acc
+            entry[1] = ts
+            entry[2] = count
+        elif start >= store.read_bound():  # below it Kafka's store keeps it invisible forever
+            kw.entries[start] = [acc, ts, count]
+            starts = kw.starts
+            if not starts or start > starts[-1]:
+                starts.append(start)
+                store.key_max_start[key] = start
+            else:
+                starts.insert(bisect_left(starts, start), start)
+            store._size += 1
+            if self.emit is EmitMode.CLOSE:
+                heapq.heappush(self._pending_close, (start, key_bytes(key), key))
+        self._emit(key, start, acc, ts, count)
+
+    def _add_new(self, key: Hashable, kw: Any, start: int, base: Any, base_count: int, value: Any, t: int, close: int) -> None:
+        """``updateWindowAndForward`` for a window being created: ``base + value`` unless closed (R13)."""
         if start + self.td >= close:
-            self._write(
-                key, start, self._accumulate(acc, value, key), acc_ts if acc_ts > t else t, count + 1, created
-            )
+            self._create(key, kw, start, self._accumulate(base, value, key), t, base_count + 1)
         else:
             self.stats.skipped_windows += 1
 
@@ -258,6 +265,7 @@ class SlidingWindowProcessor:
         td = self.td
         store = self.store
         kw = store.windows_of(key)
+        store.dirty.add(key)
         if self.batch:
             self._keep_raw(key, kw, value, t, close)
         starts = kw.starts
@@ -277,48 +285,66 @@ class SlidingWindowProcessor:
         left_created = False
         right_created = False
         prev = None
-        update = self._update_and_forward
+        accumulate = self._accumulate
+        emit = self._emit
+        updated = skipped = 0
         while i >= stop:
             s = starts[i]
             e = entries[s]
             end = s + td
             if s == hi:
                 right_created = True
-            elif end > t:
-                if right_agg is None:
-                    right_agg = (e[0], e[1], e[2])
-                update(key, s, e[0], e[1], e[2], value, t, close, False)
-            elif end == t:
-                left_created = True
-                max_ts = e[1]
-                update(key, s, e[0], max_ts, e[2], value, t, close, False)
-                if max_ts < t:
-                    prev = max_ts
+            elif end >= t:
+                old_ts = e[1]
+                if end > t:
+                    if right_agg is None:
+                        right_agg = (e[0], old_ts, e[2])
                 else:
-                    return  # duplicate timestamp: every window it needs exists already (R10.3, R15)
+                    left_created = True
+                if end >= close:  # updateWindowAndForward (R13)
+                    acc = e[0] = accumulate(e[0], value, key)
+                    if t > old_ts:
+                        e[1] = t
+                    e[2] += 1
+                    updated += 1
+                    emit(key, s, acc, e[1], e[2])
+                else:
+                    skipped += 1
+                if end == t:
+                    if old_ts < t:
+                        prev = old_ts
+                    else:  # duplicate timestamp: every window it needs exists already (R10.3, R15)
+                        self.stats.windows_updated += updated
+                        self.stats.skipped_windows += skipped
+                        return
             else:
                 left_agg = (e[0], e[1], e[2])
                 prev = e[1]
                 break
             i -= 1
+        stats = self.stats
+        stats.windows_updated += updated
+        stats.skipped_windows += skipped
 
         # createWindows (R12)
+        add_new = self._add_new
         if prev is not None:
             p1 = prev + 1
             if p1 not in entries and p1 + td >= t:
-                update(key, p1, self._create(), t, 0, value, t, close, True)
+                add_new(key, kw, p1, self.aggregation.create(), 0, value, t, close)
         if not left_created:
             if prev is not None and t - td <= prev:
-                update(key, t - td, left_agg[0], t, left_agg[2], value, t, close, True)  # type: ignore[index]
+                add_new(key, kw, t - td, left_agg[0], left_agg[2], value, t, close)  # type: ignore[index]
             else:
-                update(key, t - td, self._create(), t, 0, value, t, close, True)
+                add_new(key, kw, t - td, self.aggregation.create(), 0, value, t, close)
         if not right_created and right_agg is not None and right_agg[1] > t:
-            self._write(key, hi, right_agg[0], right_agg[1], right_agg[2], True)  # a copy, no close check
+            self._create(key, kw, hi, right_agg[0], right_agg[1], right_agg[2])  # a copy, no close check
 
     def _process_early(self, key: Hashable, value: Any, t: int, close: int) -> None:
         """``processEarly`` (R11) for a record with ``0 <= t < td``: the combined window ``[0, td]``."""
         store = self.store
         kw = store.windows_of(key)
+        store.dirty.add(key)
         if self.batch:
             self._keep_raw(key, kw, value, t, close)
         starts = kw.starts
@@ -327,11 +353,12 @@ class SlidingWindowProcessor:
         if lo < 0:
             lo = 0
         hi = t + 1
+        td = self.td
         combined = None
         right_agg = None
         right_created = False
         prev = None
-        update = self._update_and_forward
+        accumulate = self._accumulate
         for i in range(bisect_left(starts, lo), bisect_right(starts, hi)):
             s = starts[i]
             e = entries[s]
@@ -341,20 +368,35 @@ class SlidingWindowProcessor:
                     prev = e[1]
             elif s <= t:
                 right_agg = (e[0], e[1], e[2])
-                update(key, s, e[0], e[1], e[2], value, t, close, False)
+                if s + td >= close:
+                    acc = e[0] = accumulate(e[0], value, key)
+                    if t > e[1]:
+                        e[1] = t
+                    e[2] += 1
+                    self.stats.windows_updated += 1
+                    self._emit(key, s, acc, e[1], e[2])
+                else:
+                    self.stats.skipped_windows += 1
             else:  # s == t + 1
                 right_created = True
 
         if right_agg is None and combined is not None and combined[1] > t:
             right_agg = combined
         if not right_created and right_agg is not None and right_agg[1] > t:
-            self._write(key, hi, right_agg[0], right_agg[1], right_agg[2], True)
+            self._create(key, kw, hi, right_agg[0], right_agg[1], right_agg[2])
         if prev is not None and prev + 1 not in entries:
-            update(key, prev + 1, self._create(), t, 0, value, t, close, True)
+            self._add_new(key, kw, prev + 1, self.aggregation.create(), 0, value, t, close)
         if combined is None:
-            update(key, 0, self._create(), t, 0, value, t, close, True)
+            self._add_new(key, kw, 0, self.aggregation.create(), 0, value, t, close)
+        elif td >= close:
+            e = entries[0]
+            acc = e[0] = accumulate(combined[0], value, key)
+            e[1] = combined[1] if combined[1] > t else t
+            e[2] = combined[2] + 1
+            self.stats.windows_updated += 1
+            self._emit(key, 0, acc, e[1], e[2])
         else:
-            update(key, 0, combined[0], combined[1], combined[2], value, t, close, False)
+            self.stats.skipped_windows += 1
 
     def _maybe_emit_final(self, close: int, out: list[WindowUpdate]) -> None:
         """``maybeForwardFinalResult`` (R27): emit every window that closed since the last emission."""
