@@ -49,7 +49,7 @@ def run(path: str, agg, td: int, grace: int, records, batch: int, seconds: float
             process = proc.process
             for k, v, t in chunk:
                 process(k, v, t)
-        emitted += len(proc.flush())
+        emitted += len(proc.flush_columns()["start"]) if path == "batch" else len(proc.flush())
         done += len(chunk)
         if time.perf_counter() - start > seconds:
             break

@@ -108,6 +108,10 @@ class SlidingWindowProcessor:
         self._out: list[WindowUpdate] | None = None
         #: keep raw records per key so :meth:`process_batch` can take the batch path (update mode)
         self.batch = batch
+        self._segments: list = []  # batch path: unflushed columnar writes (see windowstore.batch)
+        from .batch import attach
+
+        self._plan = attach(self) if batch else None
         #: keys that took a partially-late record: the batch path checks them against R3 before use
         self.flagged_keys: set[Hashable] = set()
 
@@ -173,19 +177,32 @@ class SlidingWindowProcessor:
     def flush(self) -> list[WindowUpdate]:
         """Update mode: the last value of every window written since the previous flush, ordered by last
         write (Kafka Streams' record cache flush, R21). Other modes: nothing."""
-        if not self._dirty:
+        if self._segments:
+            from .batch import pending_entries
+
+            pending = pending_entries(self)
+        elif not self._dirty:
             return []
+        else:
+            pending, self._dirty = self._dirty, {}
         td = self.td
         finish = self._finish
         out = [
             _new_update(
                 WindowUpdate, (key, start, start + td, acc if finish is None else finish(acc), ts, count)
             )
-            for (key, start), (acc, ts, count) in self._dirty.items()
+            for (key, start), (acc, ts, count) in pending.items()
         ]
-        self._dirty.clear()
         self.stats.updates_emitted += len(out)
         return out
+
+    def flush_columns(self) -> dict[str, Any]:
+        """Like :meth:`flush`, as columns: ``key`` (list), ``start``, ``end``, ``ts``, ``count`` (int64 numpy
+        arrays) and ``values`` {aggregation output name: array}. No Python object per window when the batch
+        path produced the updates."""
+        from .batch import flush_columns
+
+        return flush_columns(self)
 
     def take_drops(self) -> list[DroppedRecord]:
         """Return and clear the dropped records collected so far (``collect_drops=True``)."""
@@ -194,7 +211,10 @@ class SlidingWindowProcessor:
 
     def expire(self) -> int:
         """Physically drop windows no read can see any more; returns how many."""
-        return self.store.expire()
+        n = self.store.expire()
+        if self.flagged_keys:
+            self.flagged_keys &= self.store.key_max_start.keys()
+        return n
 
     # --------------------------------------------------------------------------------------------- internals
     def _drop(self, key: Hashable, value: Any, ts: Any, reason: DropReason, stream_time: int | None = None) -> None:
@@ -203,11 +223,15 @@ class SlidingWindowProcessor:
             self.drops.append(DroppedRecord(key, value, ts, reason, st))
 
     def _keep_raw(self, key: Hashable, kw: Any, value: Any, t: int, close: int) -> None:
+        plan = self._plan
         if kw.raw_ts is None:
-            kw.raw_ts, kw.raw_values = [], []
+            kw.raw_ts = []
+            kw.raw_cols = [None if kind == "count" else [] for kind, _ in plan]
         i = bisect_right(kw.raw_ts, t)
         kw.raw_ts.insert(i, t)
-        kw.raw_values.insert(i, value)
+        for (kind, field), col in zip(plan, kw.raw_cols):
+            if col is not None:
+                col.insert(i, value if field is None else value[field])
         if t < close:
             self.flagged_keys.add(key)
 
@@ -266,7 +290,7 @@ class SlidingWindowProcessor:
         store = self.store
         kw = store.windows_of(key)
         store.dirty.add(key)
-        if self.batch:
+        if self._plan is not None:
             self._keep_raw(key, kw, value, t, close)
         starts = kw.starts
         entries = kw.entries
@@ -345,7 +369,7 @@ class SlidingWindowProcessor:
         store = self.store
         kw = store.windows_of(key)
         store.dirty.add(key)
-        if self.batch:
+        if self._plan is not None:
             self._keep_raw(key, kw, value, t, close)
         starts = kw.starts
         entries = kw.entries
@@ -452,9 +476,9 @@ class SlidingWindowProcessor:
             if key not in store.key_max_start:
                 out[key] = None
                 continue
-            kw = store.keys.get(key)
-            if kw is not None:
-                out[key] = encode_key_windows(kw) if kw.starts else None
+            if key in store.keys:
+                kw = store._load(key)
+                out[key] = encode_key_windows(kw) if kw.starts else None  # type: ignore[union-attr]
         return out
 
     def dirty_keys(self) -> set[Hashable]:

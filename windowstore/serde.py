@@ -77,7 +77,7 @@ def encode_key_windows(kw: KeyWindows) -> bytes:
             _int64_bytes(deltas),
             _int64_bytes(r[1] for r in rows),
             _int64_bytes(r[2] for r in rows),
-            pickle.dumps(([r[0] for r in rows], kw.raw_ts, kw.raw_values), protocol=5),
+            pickle.dumps(([r[0] for r in rows], kw.raw_ts, kw.raw_cols), protocol=5),
         )
     )
 
@@ -97,12 +97,12 @@ def decode_key_windows(data: bytes) -> KeyWindows:
     deltas = _int64_array(view[off : off + width])
     max_ts = _int64_array(view[off + width : off + 2 * width])
     counts = _int64_array(view[off + 2 * width : off + 3 * width])
-    accs, raw_ts, raw_values = pickle.loads(view[off + 3 * width :])
+    accs, raw_ts, raw_cols = pickle.loads(view[off + 3 * width :])
     if len(accs) != n:
         raise StateFormatError(f"key state blob holds {len(accs)} aggregates for {n} windows")
     kw = KeyWindows()
     kw.raw_ts = raw_ts
-    kw.raw_values = raw_values
+    kw.raw_cols = raw_cols
     s = 0
     starts = kw.starts
     entries = kw.entries
@@ -116,6 +116,10 @@ def decode_key_windows(data: bytes) -> KeyWindows:
 def encode_meta(proc: "SlidingWindowProcessor") -> bytes:
     """The task meta of a processor (everything but the key blobs)."""
     store = proc.store
+    if proc._segments:  # unflushed batch-path writes: keep them, in last-write order, as cache entries
+        from .batch import pending_entries
+
+        proc._dirty = pending_entries(proc)
     meta = {
         "format": META_FORMAT,
         "td": proc.td,
@@ -128,6 +132,7 @@ def encode_meta(proc: "SlidingWindowProcessor") -> bytes:
         "expired": store.expired,
         "pending_close": proc._pending_close,
         "unflushed": proc._dirty,
+        "flagged_keys": proc.flagged_keys,
         "stats": [getattr(proc.stats, f.name) for f in fields(ProcessorStats)],
     }
     return pickle.dumps(meta, protocol=5)
@@ -152,6 +157,7 @@ def apply_meta(proc: "SlidingWindowProcessor", data: bytes) -> None:
     store.expired = meta["expired"]
     proc._pending_close = list(meta["pending_close"])
     proc._dirty = dict(meta["unflushed"])
+    proc.flagged_keys = set(meta["flagged_keys"])
     for f, value in zip(fields(ProcessorStats), meta["stats"]):
         setattr(proc.stats, f.name, value)
 

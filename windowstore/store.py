@@ -50,26 +50,32 @@ class Visibility(enum.Enum):
 class KeyWindows:
     """The windows of one key: ``starts`` sorted ascending, ``entries[start] = [acc, max_ts, count]``."""
 
-    __slots__ = ("starts", "entries", "raw_ts", "raw_values")
+    __slots__ = ("starts", "entries", "raw_ts", "raw_cols", "cols")
 
     def __init__(self) -> None:
         self.starts: list[int] = []
         self.entries: dict[int, list] = {}
-        #: accepted records (ts ascending, arrival order within a ts), kept only for the batch path
-        self.raw_ts: list[int] | None = None
-        self.raw_values: list[Any] | None = None
+        #: batch path only: accepted records' timestamps (ascending, arrival order within a ts) and, per
+        #: aggregation part, the numeric value each contributes (``None`` for a count part)
+        self.raw_ts: Any = None
+        self.raw_cols: list[Any] | None = None
+        #: batch path only: the same windows as numpy columns; when set, ``starts``/``entries`` are empty
+        #: and :meth:`WindowStore._load` turns them back into entries before any record-path access
+        self.cols: Any = None
 
     def __len__(self) -> int:
-        return len(self.starts)
+        return len(self.starts) if self.cols is None else len(self.cols.starts)
 
     def trim_below(self, bound: int) -> int:
         """Drop every window with start < ``bound`` (and raw records with ts < ``bound``); return how many
         windows were dropped."""
         raw = self.raw_ts
-        if raw and raw[0] < bound:
+        if raw is not None and len(raw) and raw[0] < bound:
             j = bisect_left(raw, bound)
             del raw[:j]
-            del self.raw_values[:j]  # type: ignore[index]
+            for col in self.raw_cols or ():
+                if col is not None:
+                    del col[:j]
         starts = self.starts
         if not starts or starts[0] >= bound:
             return 0
@@ -133,14 +139,22 @@ class WindowStore:
 
     # -- writes -----------------------------------------------------------------------------------------------
     def _load(self, key: Hashable) -> KeyWindows | None:
-        """The key's windows from memory, or from the loader the first time the key is used."""
+        """The key's windows from memory (as entries), or from the loader the first time the key is used."""
         kw = self.keys.get(key)
-        if kw is None and self.loader is not None and key in self.key_max_start:
-            kw = self.loader(key)
-            if kw is not None:
-                self.keys[key] = kw
-                self._size += len(kw)
+        if kw is None:
+            if self.loader is not None and key in self.key_max_start:
+                kw = self.loader(key)
+                if kw is not None:
+                    self.keys[key] = kw
+                    self._size += len(kw)
+        elif kw.cols is not None or (kw.raw_ts is not None and not isinstance(kw.raw_ts, list)):
+            self.materialize(kw)  # type: ignore[misc]
         return kw
+
+    #: set by the batch path: turns columnar windows/raw records of a key back into entries/lists
+    materialize: Callable[[KeyWindows], None] | None = None
+    #: set by the batch path: ``trim_below`` for a key held as columns
+    trim_columnar: Callable[[KeyWindows, int], int] | None = None
 
     def windows_of(self, key: Hashable) -> KeyWindows:
         """The key's windows, trimmed to what is still visible (created empty if the key is new)."""
@@ -229,8 +243,9 @@ class WindowStore:
     def all_windows(self) -> Iterator[StoredWindow]:
         """Every visible window, per key in insertion order of keys, ascending start."""
         bound = self.read_bound()
-        for key, kw in self.keys.items():
-            for s in kw.starts:
+        for key in list(self.keys):
+            kw = self._load(key)
+            for s in kw.starts:  # type: ignore[union-attr]
                 if s >= bound:
                     e = kw.entries[s]
                     yield (key, s, e[0], e[1], e[2])
@@ -243,11 +258,11 @@ class WindowStore:
         bound = self.purge_bound()
         dropped = 0
         for key, kw in self.keys.items():
-            n = kw.trim_below(bound)
+            n = kw.trim_below(bound) if kw.cols is None else self.trim_columnar(kw, bound)  # type: ignore[misc]
             if n:
                 dropped += n
                 self.dirty.add(key)
-        for key in [k for k, kw in self.keys.items() if not kw.starts]:
+        for key in [k for k, kw in self.keys.items() if not len(kw)]:
             del self.keys[key]
         idle = [k for k, s in self.key_max_start.items() if s < bound]
         for key in idle:

@@ -89,3 +89,50 @@ def test_float_sums_fall_back_but_stay_exact():
     want, _, _ = run(recs, 10, 5, 50, Sum, False)
     got, _, taken = run(recs, 10, 5, 50, Sum, True)
     assert taken == 0 and got == want
+
+
+def _rows_from_columns(cols, names):
+    rows = []
+    for i, key in enumerate(cols["key"]):
+        vals = {n: cols["values"][n][i].item() for n in names}
+        value = vals if len(names) > 1 else vals[names[0]]
+        rows.append((key, int(cols["start"][i]), int(cols["end"][i]), value, int(cols["ts"][i]), int(cols["count"][i])))
+    return rows
+
+
+@settings(max_examples=200, deadline=None)
+@given(cases())
+def test_flush_columns_equals_flush(case):
+    td, grace, recs, batch_size, _agg_i = case
+    make = lambda: Composite([Count(), Field(Sum(), "v"), Field(Min(), "v"), Field(Mean(), "v")])  # noqa: E731
+    recs = [(k, None if v is None else {"v": v}, t) if k is not None else (k, v, t) for k, v, t in recs]
+    names = ["count", "sum_v", "min_v", "mean_v"]
+    want, _, _ = run(recs, td, grace, batch_size, make, False)
+    proc = SlidingWindowProcessor(SlidingWindows(td, grace), make(), "update", batch=True)
+    got = []
+    for b in range(0, len(recs), batch_size):
+        proc.process_batch(recs[b : b + batch_size])
+        got.append(_rows_from_columns(proc.flush_columns(), names))
+    assert got == [[tuple(u[:3]) + (u.value, u.ts, u.count) for u in f] for f in want]
+
+
+@settings(max_examples=200, deadline=None)
+@given(cases())
+def test_batch_path_over_external_state(case):
+    """Spark's layout (task meta + a blob per key) between batches, batch path on."""
+    td, grace, recs, batch_size, _agg_i = case
+    want, _, _ = run(recs, td, grace, batch_size, Sum, False)
+    w = SlidingWindows(td, grace)
+    backend, meta, got = {}, None, []
+    for b in range(0, len(recs), batch_size):
+        proc = SlidingWindowProcessor.from_state(w, Sum(), "update", meta, backend.get, batch=True)
+        proc.process_batch(recs[b : b + batch_size])
+        got.append(proc.flush())
+        proc.expire()
+        for key, blob in proc.export_keys(proc.dirty_keys()).items():
+            if blob is None:
+                backend.pop(key, None)
+            else:
+                backend[key] = blob
+        meta = proc.export_meta()
+    assert got == want
