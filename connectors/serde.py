@@ -1,0 +1,220 @@
+"""Input decoding and validation: Kafka record bytes -> ``(key, value, event time)`` or a dead-letter reason.
+
+A record is *good* when its value decodes (JSON object, or Avro in the Schema Registry wire format), it has a key
+(the Kafka key as UTF-8, or a value field), a non-negative integer event time (the Kafka record timestamp or a
+value field, epoch milliseconds) and every field an aggregation reads, with a numeric value where the aggregation
+needs a number. Anything else is *bad* and gets one reason code (the ``error`` header of the dead-letter record):
+
+=====================  =====================================================================================
+``null-value``         the Kafka value is null (a tombstone)
+``undecodable-value``  not UTF-8 JSON / not the Schema Registry wire format / corrupt Avro body
+``unknown-schema``     the wire format names a schema id the registry does not know
+``schema-mismatch``    not a JSON object / Avro record, or an aggregated field is missing or has the wrong type
+``null-key``           no Kafka key / the key field is missing or null
+``undecodable-key``    the Kafka key is not UTF-8, or the key field is not a string or integer
+``missing-timestamp``  the timestamp field is missing or null
+``invalid-timestamp``  the event time is negative or not an integer
+=====================  =====================================================================================
+
+Registry outages are not record problems: :class:`~connectors.schema_registry.SchemaRegistryUnavailable`
+propagates (the micro-batch fails and Spark retries it), so no good record is ever dead-lettered for it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .avro import WireFormatError, decode_body, split_wire
+from .schema_registry import UnknownSchemaError, registry_for
+
+__all__ = [
+    "BadRecord",
+    "InputSpec",
+    "InputDecoder",
+    "REASONS",
+    "NUMERIC_AGGREGATIONS",
+    "aggregation_fields",
+]
+
+REASONS = (
+    "null-value",
+    "undecodable-value",
+    "unknown-schema",
+    "schema-mismatch",
+    "null-key",
+    "undecodable-key",
+    "missing-timestamp",
+    "invalid-timestamp",
+)
+
+#: aggregations that need a number in their field
+NUMERIC_AGGREGATIONS = frozenset({"sum", "min", "max", "mean", "variance", "stddev"})
+_NUMBER_TYPES = (int, float, decimal.Decimal)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+class BadRecord(ValueError):
+    """A record that cannot be aggregated: ``reason`` is one of :data:`REASONS`."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.message = message
+
+
+def aggregation_fields(spec: str) -> tuple[tuple[str, bool], ...]:
+    """``"count,sum:amount,collect:note"`` -> ``(("amount", True), ("note", False))``: the value fields the
+    aggregations read and whether each must be numeric."""
+    needs: dict[str, bool] = {}
+    for part in spec.split(","):
+        kind, _, field = part.strip().partition(":")
+        field = field.strip()
+        if field:
+            needs[field] = needs.get(field, False) or kind.strip().lower() in NUMERIC_AGGREGATIONS
+    return tuple(needs.items())
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """How to read input records (picklable: shipped to Spark's Python workers)."""
+
+    format: str = "json"  # json | avro
+    key_field: str = ""  # "" -> Kafka key
+    timestamp_field: str = ""  # "" -> Kafka record timestamp
+    fields: tuple[tuple[str, bool], ...] = ()  # (field, numeric) the aggregations read
+    schema_registry_url: str = ""
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> "InputSpec":
+        return cls(
+            format=settings.input_format,
+            key_field=settings.key_field,
+            timestamp_field=settings.timestamp_field,
+            fields=aggregation_fields(settings.aggregations),
+            schema_registry_url=settings.schema_registry_url,
+        )
+
+
+class InputDecoder:
+    """Decodes and validates records; one per Python worker and task."""
+
+    def __init__(self, spec: InputSpec, registry: Any = None) -> None:
+        self.spec = spec
+        if spec.format not in ("json", "avro"):
+            raise ValueError(f"unknown input format {spec.format!r}")
+        if spec.format == "avro" and registry is None:
+            if not spec.schema_registry_url:
+                raise ValueError("avro input needs a schema registry URL")
+            registry = registry_for(spec.schema_registry_url)
+        self._registry = registry
+        self._value = self._json_value if spec.format == "json" else self._avro_value
+
+    # ---------------------------------------------------------------------------------------------------- value
+    @staticmethod
+    def _json_value(data: bytes) -> Any:
+        try:
+            return json.loads(data)
+        except (ValueError, TypeError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise BadRecord("undecodable-value", f"not UTF-8 JSON: {e}") from None
+        except RecursionError:
+            raise BadRecord("undecodable-value", "JSON nested too deeply") from None
+
+    def _avro_value(self, data: bytes) -> Any:
+        try:
+            schema_id, body = split_wire(data)
+        except WireFormatError as e:
+            raise BadRecord("undecodable-value", str(e)) from None
+        try:
+            writer = self._registry.writer_schema(schema_id)
+        except UnknownSchemaError as e:
+            raise BadRecord("unknown-schema", str(e)) from None
+        try:
+            return decode_body(body, writer)
+        except Exception as e:  # fastavro raises EOFError, ValueError, IndexError, UnicodeDecodeError, ...
+            raise BadRecord("undecodable-value", f"corrupt Avro body for schema id {schema_id}: "
+                                                 f"{type(e).__name__}: {e}") from None
+
+    # ---------------------------------------------------------------------------------------------------- record
+    def decode(self, key: bytes | None, value: bytes | None, timestamp_ms: int | None) -> tuple[str, Any, int]:
+        """``(key, value, event_time_ms)`` of one Kafka record; raises :class:`BadRecord`."""
+        if value is None:
+            raise BadRecord("null-value", "the record value is null")
+        obj = self._value(value)
+        if not isinstance(obj, dict):
+            raise BadRecord("schema-mismatch", f"expected an object/record value, got {type(obj).__name__}")
+        spec = self.spec
+
+        # key
+        if spec.key_field:
+            k = obj.get(spec.key_field)
+            if k is None:
+                raise BadRecord("null-key", f"key field {spec.key_field!r} is missing or null")
+            if isinstance(k, str):
+                pass
+            elif isinstance(k, int) and not isinstance(k, bool):
+                k = str(k)
+            else:
+                raise BadRecord("undecodable-key", f"key field {spec.key_field!r} must be a string or integer, "
+                                                   f"got {type(k).__name__}")
+        else:
+            if key is None:
+                raise BadRecord("null-key", "the record has no key")
+            try:
+                k = bytes(key).decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise BadRecord("undecodable-key", f"the record key is not UTF-8: {e}") from None
+
+        # event time
+        if spec.timestamp_field:
+            t = obj.get(spec.timestamp_field)
+            if t is None:
+                raise BadRecord("missing-timestamp", f"timestamp field {spec.timestamp_field!r} is missing or null")
+            if isinstance(t, _dt.datetime):  # Avro timestamp-millis / -micros
+                if t.tzinfo is None:
+                    t = t.replace(tzinfo=_dt.timezone.utc)
+                t = (t - _EPOCH) // _dt.timedelta(milliseconds=1)
+            elif isinstance(t, bool) or not isinstance(t, int):
+                raise BadRecord("invalid-timestamp", f"timestamp field {spec.timestamp_field!r} must be an integer "
+                                                     f"number of epoch milliseconds, got {t!r}")
+        else:
+            t = timestamp_ms
+            if t is None:
+                raise BadRecord("missing-timestamp", "the record has no timestamp")
+            t = int(t)
+        if t < 0:
+            raise BadRecord("invalid-timestamp", f"event time {t} is negative")
+
+        # fields the aggregations read
+        for name, numeric in spec.fields:
+            if name not in obj:
+                raise BadRecord("schema-mismatch", f"field {name!r} is missing")
+            if numeric:
+                v = obj[name]
+                if isinstance(v, bool) or not isinstance(v, _NUMBER_TYPES):
+                    raise BadRecord("schema-mismatch", f"field {name!r} must be a number, got {v!r}"[:300])
+        return k, obj, t
+
+    def decode_batch(
+        self,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int | None],
+    ) -> tuple[list[tuple[int, str, Any, int]], list[tuple[int, str, str]]]:
+        """Decode a batch in order: ``(good, bad)`` with ``good = [(index, key, value, ts)]`` and
+        ``bad = [(index, reason, message)]``."""
+        good: list[tuple[int, str, Any, int]] = []
+        bad: list[tuple[int, str, str]] = []
+        decode = self.decode
+        for i, (k, v, t) in enumerate(zip(keys, values, timestamps)):
+            try:
+                kk, vv, tt = decode(k, v, t)
+            except BadRecord as e:
+                bad.append((i, e.reason, e.message))
+            else:
+                good.append((i, kk, vv, tt))
+        return good, bad

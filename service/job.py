@@ -1,0 +1,270 @@
+"""The Spark Structured Streaming job: Kafka source -> per-partition sliding windows -> Kafka sink.
+
+Plan (one streaming query)::
+
+    kafka source (topic, partition, offset, key, value, timestamp)
+      -> groupBy(topic, partition).transformWithStateInPandas(WindowTaskProcessor)   one task = one input partition
+           state: ValueState "meta" (task meta: stream time, emit progress, expiry index, counters)
+                  MapState  "windows" (aggregation key -> that key's windows as one blob)
+           output rows: kind (changelog | late | dlq | stats), topic, key, value, headers, s_* counters
+      -> observe("slidingwindow", sums of the s_* counters)        counts reach the driver's query progress
+      -> where kind != 'stats' -> kafka sink (topic column routes each row)
+
+Per micro-batch and task the processor reads the task meta once, loads a key's windows from the MapState the
+first time that key is touched (lazy loader), and writes back only the keys whose windows changed plus the meta:
+one MapState read and at most one write per touched key (see DESIGN.md: state calls are JVM round trips).
+Records are sorted by offset inside the task, so a replayed micro-batch (after a crash) reproduces exactly the same
+state and output; the Kafka sink is at-least-once, so a replay may repeat identical updates.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from service.processing import STATS_FIELDS, TaskConfig, TaskRunner, TaskState, process_task_batch
+
+__all__ = ["OUTPUT_SCHEMA", "WindowTaskProcessor", "task_config", "build_spark", "source_frame", "windowed_frame",
+           "sink_frame", "start_query", "observed_columns"]
+
+logger = logging.getLogger(__name__)
+
+OUTPUT_SCHEMA = (
+    "kind string, topic string, key binary, value binary, "
+    "headers array<struct<key:string,value:binary>>, "
+    "task_topic string, task_partition int, "
+    + ", ".join(f"s_{name} long" for name in STATS_FIELDS)
+)
+
+OBSERVATION = "slidingwindow"
+
+
+def task_config(settings: Any, key_schema_id: int | None = None, value_schema_id: int | None = None) -> TaskConfig:
+    from connectors.output import ChangelogSpec
+    from connectors.serde import InputSpec
+
+    return TaskConfig(
+        time_difference_ms=settings.time_difference_ms,
+        grace_ms=settings.grace_ms,
+        aggregations=settings.aggregations,
+        emit=settings.emit,
+        input=InputSpec.from_settings(settings),
+        changelog=ChangelogSpec(
+            key_format=settings.changelog_key_format,
+            value_format=settings.changelog_format,
+            aggregations=settings.aggregations,
+            key_schema_id=key_schema_id,
+            value_schema_id=value_schema_id,
+        ),
+        changelog_topic=settings.changelog_topic,
+        late_topic=settings.late_topic,
+        dead_letter_topic=settings.dead_letter_topic,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ the processor
+_RUNNERS: dict[TaskConfig, TaskRunner] = {}
+
+
+def _runner(config: TaskConfig) -> TaskRunner:
+    r = _RUNNERS.get(config)
+    if r is None:
+        r = _RUNNERS[config] = TaskRunner(config)
+    return r
+
+
+try:
+    from pyspark.sql.streaming import StatefulProcessor as _StatefulProcessorBase
+except ImportError:  # pragma: no cover - pyspark is part of the service extra
+    _StatefulProcessorBase = object  # type: ignore[assignment,misc]
+
+
+class _SparkTaskState(TaskState):
+    """:class:`TaskState` over the processor's ValueState ("meta") and MapState ("windows")."""
+
+    def __init__(self, meta_state: Any, windows_state: Any) -> None:
+        self._meta = meta_state
+        self._windows = windows_state
+
+    def get_meta(self) -> bytes | None:
+        row = self._meta.get()
+        return None if row is None else bytes(row[0])
+
+    def set_meta(self, meta: bytes) -> None:
+        self._meta.update((meta,))
+
+    def get_key(self, key: str) -> bytes | None:
+        row = self._windows.getValue((key,))
+        return None if row is None else bytes(row[0])
+
+    def put_key(self, key: str, blob: bytes) -> None:
+        self._windows.updateValue((key,), (blob,))
+
+    def delete_key(self, key: str) -> None:
+        self._windows.removeKey((key,))
+
+
+class WindowTaskProcessor(_StatefulProcessorBase):  # type: ignore[misc,valid-type]
+    """``transformWithStateInPandas`` processor: one grouping key = one input partition (topic, partition)."""
+
+    def __init__(self, config: TaskConfig) -> None:
+        self.config = config
+
+    def init(self, handle: Any) -> None:
+        self.meta_state = handle.getValueState("meta", "meta binary")
+        self.windows_state = handle.getMapState("windows", "k string", "blob binary")
+
+    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+        import pandas as pd
+
+        topic, partition = key[0], int(key[1])
+        frames = [f for f in rows if len(f)]
+        if not frames:
+            return
+        pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        offsets = pdf["offset"].to_numpy()
+        if len(offsets) > 1 and not (offsets[1:] > offsets[:-1]).all():
+            pdf = pdf.sort_values("offset", kind="stable")
+            offsets = pdf["offset"].to_numpy()
+
+        out = process_task_batch(
+            _runner(self.config),
+            _SparkTaskState(self.meta_state, self.windows_state),
+            topic,
+            partition,
+            offsets.tolist(),
+            pdf["key"].tolist(),
+            pdf["value"].tolist(),
+            pdf["ts"].tolist(),
+        )
+        s = out.stats
+        n = len(out)
+        headers = [None if h is None else [{"key": hk, "value": hv} for hk, hv in h] for h in out.headers]
+        data: dict[str, Any] = {
+            "kind": out.kind + ["stats"],
+            "topic": out.topic + [None],
+            "key": out.key + [None],
+            "value": out.value + [None],
+            "headers": headers + [None],
+            "task_topic": [topic] * (n + 1),
+            "task_partition": [partition] * (n + 1),
+        }
+        for name in STATS_FIELDS:
+            data[f"s_{name}"] = pd.array([None] * n + [s[name]], dtype="Int64")
+        yield pd.DataFrame(data)
+
+    def close(self) -> None:
+        pass
+
+
+# ------------------------------------------------------------------------------------------------ Spark wiring
+def build_spark(settings: Any, extra_conf: dict[str, str] | None = None):  # -> SparkSession
+    """A SparkSession with Spark's Kafka connector on the classpath and the RocksDB state store."""
+    from pyspark.sql import SparkSession
+
+    from connectors.jars import spark_jars_conf
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    _quiet_spark_logging()
+    conf = {
+        "spark.jars": spark_jars_conf(),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(settings.state_partitions),
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.adaptive.enabled": "false",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.streaming.metricsEnabled": "true",
+        "spark.python.worker.reuse": "true",
+    }
+    conf.update(dict(settings.spark_conf))
+    conf.update(extra_conf or {})
+    builder = SparkSession.builder.master(settings.spark_master).appName(settings.app_name)
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def _quiet_spark_logging() -> None:
+    """Point the driver JVM at the project's log4j2 config (WARN, without the per-miss state-server WARN)."""
+    cfg = os.path.join(os.path.dirname(__file__), "log4j2.properties")
+    if os.path.exists(cfg) and "PYSPARK_SUBMIT_ARGS" not in os.environ:
+        os.environ["PYSPARK_SUBMIT_ARGS"] = (
+            f"--driver-java-options -Dlog4j2.configurationFile=file:{cfg} pyspark-shell"
+        )
+
+
+def _kafka_options(settings: Any) -> dict[str, str]:
+    opts = {"kafka.bootstrap.servers": settings.bootstrap_servers}
+    for k, v in settings.kafka_options:
+        opts[f"kafka.{k}"] = v
+    return opts
+
+
+def source_frame(spark: Any, settings: Any):
+    """The Kafka source as (topic, partition, offset, key, value, ts) with ts = record timestamp in epoch ms."""
+    from pyspark.sql import functions as F
+
+    reader = spark.readStream.format("kafka").options(**_kafka_options(settings))
+    reader = reader.option("subscribe", ",".join(settings.input_topics))
+    reader = reader.option("startingOffsets", settings.starting_offsets)
+    reader = reader.option("failOnDataLoss", "true")
+    if settings.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+    df = reader.load()
+    return df.select(
+        "topic", "partition", "offset", "key", "value", F.unix_millis(F.col("timestamp")).alias("ts")
+    )
+
+
+def windowed_frame(source: Any, config: TaskConfig):
+    """Apply the per-partition window processor; output rows per :data:`OUTPUT_SCHEMA`."""
+    return source.groupBy("topic", "partition").transformWithStateInPandas(
+        statefulProcessor=WindowTaskProcessor(config),
+        outputStructType=OUTPUT_SCHEMA,
+        outputMode="Append",
+        timeMode="None",
+    )
+
+
+def observed_columns():
+    from pyspark.sql import functions as F
+
+    cols = [F.count(F.when(F.col("kind") == "stats", 1)).alias("task_batches")]
+    for name in STATS_FIELDS:
+        agg = F.max if name in ("stream_time", "lateness_ms_max", "max_offset") else F.sum
+        cols.append(F.coalesce(agg(f"s_{name}"), F.lit(0)).cast("long").alias(name))
+    return cols
+
+
+def sink_frame(windowed: Any):
+    """Observe the counters, drop the stats rows; the rest is what the Kafka sink writes."""
+    from pyspark.sql import functions as F
+
+    observed = windowed.observe(OBSERVATION, *observed_columns())
+    return observed.where(F.col("kind") != "stats").select("topic", "key", "value", "headers")
+
+
+def start_query(spark: Any, settings: Any, config: TaskConfig, query_name: str = "slidingwindow"):
+    """Start the streaming query (Kafka -> windows -> Kafka); returns the StreamingQuery."""
+    out = sink_frame(windowed_frame(source_frame(spark, settings), config))
+    writer = (
+        out.writeStream.format("kafka")
+        .options(**_kafka_options(settings))
+        .option("checkpointLocation", settings.checkpoint_dir)
+        .queryName(query_name)
+        .outputMode("append")
+    )
+    if settings.trigger_interval_ms:
+        writer = writer.trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
+    return writer.start()

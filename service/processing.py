@@ -1,0 +1,313 @@
+"""One task's micro-batch, without Spark: decode -> sliding-window processor -> encoded output rows.
+
+A *task* is one Kafka input partition (topic, partition): its records are processed in offset order by one
+``windowstore.SlidingWindowProcessor``, which keeps one stream time per task (SEMANTICS.md R7). For every input
+record exactly one of these happens, and the per-batch :class:`TaskStats` count them:
+
+* aggregated (accepted by the processor; it may still skip closed windows, R13),
+* late (dropped by R8) -> a late-records row (original bytes + reason headers) when a late topic is set,
+* dead-lettered (undecodable / invalid, see :mod:`connectors.serde`) -> a dead-letter row.
+
+Rows are plain Python lists so the Spark adapter (:mod:`service.job`) can turn them into one pandas frame.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from connectors.output import ChangelogEncoder, ChangelogSpec
+from connectors.serde import InputDecoder, InputSpec
+from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations
+
+__all__ = ["TaskConfig", "TaskStats", "TaskOutput", "TaskRunner", "TaskState", "DictTaskState", "process_task_batch",
+           "OUTPUT_KINDS", "STATS_FIELDS"]
+
+logger = logging.getLogger(__name__)
+
+OUTPUT_KINDS = ("changelog", "late", "dlq", "stats")
+
+#: per-task, per-batch counters carried to the driver in the "stats" row (names of the s_* output columns)
+STATS_FIELDS = (
+    "records",  # input records seen
+    "aggregated",  # accepted by the processor
+    "late",  # dropped as late (R8)
+    "dead_lettered",  # undecodable / invalid
+    "changelog",  # changelog records produced
+    "windows_created",
+    "windows_updated",
+    "skipped_windows",  # closed windows a partially-late record skipped (R13)
+    "windows_expired",
+    "state_keys_loaded",
+    "state_keys_written",
+    "state_keys_deleted",
+    "stream_time",  # the task's stream time after the batch (-1: none yet)
+    "max_offset",  # largest input offset in the batch
+    "lateness_ms_sum",  # sum over accepted + late records of stream_time - ts (>= 0)
+    "lateness_ms_max",
+    "process_ns",  # time spent in the Python task (decode + process + encode)
+)
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Everything a worker needs to process a task (picklable, built on the driver)."""
+
+    time_difference_ms: int
+    grace_ms: int
+    aggregations: str
+    emit: str
+    input: InputSpec
+    changelog: ChangelogSpec
+    changelog_topic: str
+    late_topic: str  # "" -> late records are only counted
+    dead_letter_topic: str
+    batch: bool = True  # let the processor take windowstore's batch fast path where it applies (update mode)
+
+    @property
+    def windows(self) -> SlidingWindows:
+        return SlidingWindows(self.time_difference_ms, self.grace_ms)
+
+    def processor_options(self) -> dict[str, Any]:
+        return {"collect_drops": True, "batch": self.batch and self.emit == "update"}
+
+    def new_processor(self) -> SlidingWindowProcessor:
+        return SlidingWindowProcessor(self.windows, parse_aggregations(self.aggregations), self.emit,
+                                      **self.processor_options())
+
+
+@dataclass
+class TaskStats:
+    values: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATS_FIELDS, 0))
+
+    def __getitem__(self, name: str) -> int:
+        return self.values[name]
+
+    def __setitem__(self, name: str, v: int) -> None:
+        self.values[name] = v
+
+
+@dataclass
+class TaskOutput:
+    """Output rows of one task batch as parallel columns (``headers`` is a list of (name, bytes) per row)."""
+
+    kind: list[str] = field(default_factory=list)
+    topic: list[str] = field(default_factory=list)
+    key: list[bytes | None] = field(default_factory=list)
+    value: list[bytes | None] = field(default_factory=list)
+    headers: list[list[tuple[str, bytes]] | None] = field(default_factory=list)
+    stats: TaskStats = field(default_factory=TaskStats)
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def add(self, kind: str, topic: str, key: bytes | None, value: bytes | None,
+            headers: list[tuple[str, bytes]] | None) -> None:
+        self.kind.append(kind)
+        self.topic.append(topic)
+        self.key.append(key)
+        self.value.append(value)
+        self.headers.append(headers)
+
+
+def _b(v: Any) -> bytes:
+    return str(v).encode("utf-8")
+
+
+class TaskRunner:
+    """Processes micro-batches of tasks with a given :class:`TaskConfig` (one per Python worker)."""
+
+    def __init__(self, config: TaskConfig, registry: Any = None) -> None:
+        self.config = config
+        self.decoder = InputDecoder(config.input, registry=registry)
+        self.encoder = ChangelogEncoder(config.changelog)
+
+    def run(
+        self,
+        proc: SlidingWindowProcessor,
+        topic: str,
+        partition: int,
+        offsets: Sequence[int],
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int | None],
+        emit_time_ms: int | None = None,
+    ) -> TaskOutput:
+        """Process one task's records of a micro-batch, given in OFFSET ORDER; returns the output rows.
+
+        Only the processor is changed (its state is the caller's to persist)."""
+        t0 = time.perf_counter_ns()
+        cfg = self.config
+        out = TaskOutput()
+        stats = out.stats
+        emit_time = int(time.time() * 1000) if emit_time_ms is None else emit_time_ms
+        n = len(offsets)
+        stats["records"] = n
+        stats["max_offset"] = int(offsets[-1]) if n else -1
+        good, bad = self.decoder.decode_batch(keys, values, timestamps)
+
+        ps = proc.stats
+        created0, updated0, skipped0 = ps.windows_created, ps.windows_updated, ps.skipped_windows
+        expired0 = proc.store.expired
+
+        st0 = proc.observed_stream_time
+        records = [(k, v, t) for _i, k, v, t in good]
+        if getattr(proc, "batch", False):
+            proc.process_batch(records)  # identical results, batch fast path when it applies
+            updates: list[Any] = proc.flush()
+        else:
+            updates = []
+            process = proc.process
+            for k, v, t in records:
+                r = process(k, v, t)
+                if r:
+                    updates.extend(r)
+            updates.extend(proc.flush())
+        late_rows: list[tuple[int, Any]] = []
+        dropped = proc.take_drops()
+        if dropped:
+            index_of = {id(v): i for i, _k, v, _t in good}
+            late_rows = [(index_of[id(d.value)], d) for d in dropped]
+        lateness_sum = lateness_max = 0
+        if good:
+            ts_arr = np.fromiter((t for *_x, t in good), dtype=np.int64, count=len(good))
+            st_arr = np.maximum.accumulate(np.maximum(ts_arr, st0))
+            lateness = st_arr - ts_arr
+            lateness_sum = int(lateness.sum())
+            lateness_max = int(lateness.max())
+
+        # dead letters, then late records, then the changelog (each in input/emission order)
+        for i, reason, message in bad:
+            ts = timestamps[i]
+            out.add("dlq", cfg.dead_letter_topic, keys[i], values[i], [
+                ("error", reason.encode()),
+                ("error.message", message.encode("utf-8", "replace")[:2000]),
+                ("topic", topic.encode()),
+                ("partition", _b(partition)),
+                ("offset", _b(offsets[i])),
+                ("timestamp", _b(ts if ts is not None else "")),
+            ])
+        if cfg.late_topic:
+            for i, d in late_rows:
+                out.add("late", cfg.late_topic, keys[i], values[i], [
+                    ("reason", str(getattr(d.reason, "value", d.reason)).encode()),
+                    ("topic", topic.encode()),
+                    ("partition", _b(partition)),
+                    ("offset", _b(offsets[i])),
+                    ("timestamp", _b(d.ts)),
+                    ("stream_time", _b(d.stream_time)),
+                ])
+        ckeys, cvalues = self.encoder.encode(updates, emit_time)
+        ctopic = cfg.changelog_topic
+        for k, v in zip(ckeys, cvalues):
+            out.add("changelog", ctopic, k, v, None)
+
+        stats["aggregated"] = len(good) - len(late_rows)
+        stats["late"] = len(late_rows)
+        stats["dead_lettered"] = len(bad)
+        stats["changelog"] = len(updates)
+        stats["windows_created"] = ps.windows_created - created0
+        stats["windows_updated"] = ps.windows_updated - updated0
+        stats["skipped_windows"] = ps.skipped_windows - skipped0
+        stats["windows_expired"] = proc.store.expired - expired0
+        stats["stream_time"] = proc.observed_stream_time
+        stats["lateness_ms_sum"] = lateness_sum
+        stats["lateness_ms_max"] = lateness_max
+        stats["process_ns"] = time.perf_counter_ns() - t0
+        return out
+
+
+class TaskState:
+    """Where a task's state lives between micro-batches: the task meta and one blob per aggregation key.
+    :mod:`service.job` implements it over Spark's ValueState/MapState; :class:`DictTaskState` in memory."""
+
+    def get_meta(self) -> bytes | None:
+        raise NotImplementedError
+
+    def set_meta(self, meta: bytes) -> None:
+        raise NotImplementedError
+
+    def get_key(self, key: str) -> bytes | None:
+        raise NotImplementedError
+
+    def put_key(self, key: str, blob: bytes) -> None:
+        raise NotImplementedError
+
+    def delete_key(self, key: str) -> None:
+        raise NotImplementedError
+
+
+class DictTaskState(TaskState):
+    """In-memory :class:`TaskState` (tests, replay tools)."""
+
+    def __init__(self) -> None:
+        self.meta: bytes | None = None
+        self.keys: dict[str, bytes] = {}
+
+    def get_meta(self) -> bytes | None:
+        return self.meta
+
+    def set_meta(self, meta: bytes) -> None:
+        self.meta = meta
+
+    def get_key(self, key: str) -> bytes | None:
+        return self.keys.get(key)
+
+    def put_key(self, key: str, blob: bytes) -> None:
+        self.keys[key] = blob
+
+    def delete_key(self, key: str) -> None:
+        self.keys.pop(key, None)
+
+
+def process_task_batch(
+    runner: TaskRunner,
+    state: TaskState,
+    topic: str,
+    partition: int,
+    offsets: Sequence[int],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    timestamps: Sequence[int | None],
+    emit_time_ms: int | None = None,
+) -> TaskOutput:
+    """One micro-batch of one task against external state: restore the processor (meta now, keys lazily),
+    process the records (offset order), expire, write back the changed keys and the meta."""
+    cfg = runner.config
+    loaded = 0
+
+    def loader(k: Any) -> bytes | None:
+        nonlocal loaded
+        loaded += 1
+        return state.get_key(k)
+
+    proc = SlidingWindowProcessor.from_state(
+        cfg.windows, parse_aggregations(cfg.aggregations), cfg.emit, state.get_meta(), loader,
+        **cfg.processor_options(),
+    )
+    out = runner.run(proc, topic, partition, offsets, keys, values, timestamps, emit_time_ms)
+    t0 = time.perf_counter_ns()
+    expired_before = proc.store.expired
+    proc.expire()
+    written = deleted = 0
+    for k, blob in proc.export_keys(proc.dirty_keys()).items():
+        if blob is None:
+            state.delete_key(k)
+            deleted += 1
+        else:
+            state.put_key(k, blob)
+            written += 1
+    proc.clear_dirty_keys()
+    state.set_meta(proc.export_meta())
+    s = out.stats
+    s["windows_expired"] += proc.store.expired - expired_before
+    s["state_keys_loaded"] = loaded
+    s["state_keys_written"] = written
+    s["state_keys_deleted"] = deleted
+    s["process_ns"] += time.perf_counter_ns() - t0
+    return out

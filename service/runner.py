@@ -1,0 +1,187 @@
+"""The driver: prepare topics and schemas, start the streaming query, report progress, stop cleanly.
+
+``run(settings)`` blocks until the query stops (SIGINT/SIGTERM stop it gracefully after the current micro-batch;
+a crash of the process at any point is safe, the next start resumes from the checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from connectors.admin import TopicSpec, ensure_topics, partition_counts
+from service import metrics
+from service.processing import TaskConfig
+from service.settings import Settings
+
+__all__ = ["prepare", "run", "BatchReport", "ServiceError"]
+
+logger = logging.getLogger(__name__)
+
+
+class ServiceError(RuntimeError):
+    """The service cannot start or stopped with an error."""
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """What one micro-batch did (from the query progress and the observed counters)."""
+
+    batch_id: int
+    records: int
+    aggregated: int
+    late: int
+    dead_lettered: int
+    changelog: int
+    duration_ms: int
+    input_rows_per_second: float
+    processed_rows_per_second: float
+    offsets_behind: int
+    stream_time: int
+    observed: dict[str, int]
+
+    def line(self) -> str:
+        return (f"batch {self.batch_id}: {self.records} in ({self.aggregated} aggregated, {self.late} late, "
+                f"{self.dead_lettered} dead-lettered) -> {self.changelog} window updates; "
+                f"{self.duration_ms} ms, {self.processed_rows_per_second:.0f} rows/s, lag {self.offsets_behind}, "
+                f"stream time {self.stream_time}")
+
+
+def prepare(settings: Settings) -> TaskConfig:
+    """Check the input topics, create missing output topics, register Avro schemas; the task config."""
+    from service.job import task_config
+
+    client = settings.kafka_client_config()
+    parts = partition_counts(client, settings.input_topics)
+    missing = [t for t in settings.input_topics if t not in parts]
+    if missing:
+        logger.warning("input topic(s) %s do not exist yet; the query waits for them", ", ".join(missing))
+    if settings.create_topics:
+        n = settings.topic_partitions or max(parts.values(), default=1)
+        specs = [TopicSpec(settings.changelog_topic, n, settings.replication_factor,
+                           {"cleanup.policy": "compact"}),
+                 TopicSpec(settings.dead_letter_topic, n, settings.replication_factor)]
+        if settings.late_topic:
+            specs.append(TopicSpec(settings.late_topic, n, settings.replication_factor))
+        ensure_topics(client, specs)
+    key_id = value_id = None
+    if "avro" in (settings.changelog_format, settings.changelog_key_format):
+        from connectors.output import changelog_key_schema, changelog_value_schema
+        from connectors.schema_registry import SchemaRegistry
+
+        reg = SchemaRegistry(settings.schema_registry_url)
+        try:
+            if settings.changelog_key_format == "avro":
+                key_id = reg.register(f"{settings.changelog_topic}-key", changelog_key_schema())
+            if settings.changelog_format == "avro":
+                value_id = reg.register(f"{settings.changelog_topic}-value",
+                                        changelog_value_schema(settings.aggregations))
+        except Exception as e:
+            raise ServiceError(f"cannot register the changelog schemas at {settings.schema_registry_url}: {e}") from e
+        finally:
+            reg.close()
+    return task_config(settings, key_id, value_id)
+
+
+def _report(progress: Any) -> BatchReport:
+    p = json.loads(progress.json)
+    obs_row = (progress.observedMetrics or {}).get("slidingwindow")
+    observed = {k: int(v or 0) for k, v in obs_row.asDict().items()} if obs_row is not None else {}
+    behind = 0
+    for src in p.get("sources") or []:
+        try:
+            behind = max(behind, int(float((src.get("metrics") or {}).get("maxOffsetsBehindLatest", 0))))
+        except (TypeError, ValueError):
+            pass
+    metrics.record_progress(observed, p)
+    return BatchReport(
+        batch_id=int(p.get("batchId", -1)),
+        records=observed.get("records", 0),
+        aggregated=observed.get("aggregated", 0),
+        late=observed.get("late", 0),
+        dead_lettered=observed.get("dead_lettered", 0),
+        changelog=observed.get("changelog", 0),
+        duration_ms=int((p.get("durationMs") or {}).get("triggerExecution", 0)),
+        input_rows_per_second=float(p.get("inputRowsPerSecond") or 0.0),
+        processed_rows_per_second=float(p.get("processedRowsPerSecond") or 0.0),
+        offsets_behind=behind,
+        stream_time=observed.get("stream_time", -1),
+        observed=observed,
+    )
+
+
+def _listener(on_batch: Callable[[BatchReport], None]):
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class Listener(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            logger.info("query started: id %s run %s", event.id, event.runId)
+
+        def onQueryProgress(self, event: Any) -> None:
+            try:
+                report = _report(event.progress)
+            except Exception:  # never let reporting kill the listener bus
+                logger.exception("cannot read query progress")
+                return
+            if report.records or report.changelog:
+                on_batch(report)
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            if event.exception:
+                logger.error("query terminated with an error: %s", event.exception.splitlines()[0])
+            else:
+                logger.info("query stopped")
+
+    return Listener()
+
+
+def run(
+    settings: Settings,
+    *,
+    on_batch: Callable[[BatchReport], None] | None = None,
+    stop: threading.Event | None = None,
+    install_signal_handlers: bool = True,
+) -> int:
+    """Run the service until ``stop`` is set, SIGINT/SIGTERM, or the query fails. Returns an exit code."""
+    from service.job import build_spark, start_query
+
+    stop = stop or threading.Event()
+    t0 = time.monotonic()
+    config = prepare(settings)
+    metrics.serve(settings.metrics_port)
+    spark = build_spark(settings)
+    logger.info("Spark %s session ready in %.1fs (master %s)", spark.version, time.monotonic() - t0,
+                settings.spark_master)
+    spark.streams.addListener(_listener(on_batch or (lambda r: logger.info("%s", r.line()))))
+    if install_signal_handlers and threading.current_thread() is threading.main_thread():
+        def _stop(signum: int, _frame: Any) -> None:
+            logger.info("signal %d: stopping after the current micro-batch", signum)
+            stop.set()
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+    query = start_query(spark, settings, config)
+    logger.info("streaming %s -> %s (emit %s, td %d ms, grace %d ms), checkpoint %s",
+                ",".join(settings.input_topics), settings.changelog_topic, settings.emit,
+                settings.time_difference_ms, settings.grace_ms, settings.checkpoint_dir)
+    try:
+        while not stop.is_set() and query.isActive:
+            query.awaitTermination(0.5)
+    finally:
+        if query.isActive:
+            query.stop()
+    exc = query.exception()
+    spark.stop()
+    if exc is not None:
+        logger.error("the streaming query failed: %s", str(exc).splitlines()[0] if str(exc) else exc)
+        return 1
+    return 0

@@ -1,0 +1,364 @@
+"""The service's settings: one frozen object built from ``SLIDINGWINDOW_*`` environment variables and CLI flags.
+
+Precedence: command-line flag > environment variable > default. Every setting has a flag ``--name-with-dashes``
+and an environment variable ``SLIDINGWINDOW_NAME_IN_CAPS``; ``python -m service run --help`` lists them all with
+their defaults. Invalid values raise :class:`SettingsError` naming the setting, its flag and its variable.
+
+Durations accept ``1500ms``, ``10s``, ``5m``, ``1h``, ``1d`` or a bare number of milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+__all__ = ["Settings", "SettingsError", "SETTINGS", "ENV_PREFIX", "parse_duration_ms", "add_arguments", "from_args",
+           "load"]
+
+ENV_PREFIX = "SLIDINGWINDOW_"
+
+INPUT_FORMATS = ("json", "avro")
+OUTPUT_FORMATS = ("avro", "json")
+KEY_FORMATS = ("avro", "json", "windowed", "string")
+EMIT_MODES = ("update", "every", "close")
+STARTING_OFFSETS = ("earliest", "latest")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class SettingsError(ValueError):
+    """An invalid setting; the message names it (``name``, its flag and environment variable)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        self.name = name
+        flag = "--" + name.replace("_", "-")
+        env = ENV_PREFIX + name.upper()
+        super().__init__(f"invalid setting {name} ({flag} / {env}): {message}")
+
+
+_DURATION_RE = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
+
+
+def parse_duration_ms(text: str | int) -> int:
+    """``"10s"`` -> 10000; ``"1500"`` / ``"1500ms"`` -> 1500. Raises ValueError."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise ValueError(f"must not be negative, got {text}")
+        return text
+    m = _DURATION_RE.match(str(text))
+    if not m:
+        raise ValueError(f"expected a duration such as 1500ms, 10s, 5m, 1h or a number of milliseconds, got {text!r}")
+    unit = m.group(2).lower() if m.group(2) else None
+    return int(m.group(1)) * _UNIT_MS[unit]
+
+
+def _format_duration(ms: int) -> str:
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def _bool(text: str | bool) -> bool:
+    if isinstance(text, bool):
+        return text
+    t = str(text).strip().lower()
+    if t in ("1", "true", "yes", "on"):
+        return True
+    if t in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _int(minimum: int) -> Callable[[str | int], int]:
+    def parse(text: str | int) -> int:
+        try:
+            v = int(str(text).strip())
+        except ValueError:
+            raise ValueError(f"expected an integer, got {text!r}") from None
+        if v < minimum:
+            raise ValueError(f"must be at least {minimum}, got {v}")
+        return v
+
+    return parse
+
+
+def _choice(options: Sequence[str], upper: bool = False) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        t = str(text).strip()
+        t = t.upper() if upper else t.lower()
+        if t not in options:
+            raise ValueError(f"must be one of {', '.join(options)}, got {text!r}")
+        return t
+
+    return parse
+
+
+def _topics(text: str | Sequence[str]) -> tuple[str, ...]:
+    items = text if isinstance(text, (tuple, list)) else str(text).split(",")
+    out = tuple(t.strip() for t in items if t.strip())
+    if not out:
+        raise ValueError("needs at least one topic")
+    for t in out:
+        _topic(t)
+    return out
+
+
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def _topic(text: str) -> str:
+    t = str(text).strip()
+    if not _TOPIC_RE.match(t) or t in (".", ".."):
+        raise ValueError(f"not a valid Kafka topic name: {text!r}")
+    return t
+
+
+def _optional_topic(text: str) -> str:
+    t = str(text).strip()
+    return _topic(t) if t else ""
+
+
+def _field_name(text: str) -> str:
+    t = str(text).strip()
+    if t and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", t):
+        raise ValueError(f"not a field name: {text!r}")
+    return t
+
+
+def _aggregations(text: str) -> str:
+    from windowstore import parse_aggregations
+
+    t = ",".join(p.strip() for p in str(text).split(",") if p.strip())
+    parse_aggregations(t)  # raises ValueError naming the bad part
+    return t
+
+
+def _kafka_options(text: str | Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    if isinstance(text, Mapping):
+        return tuple(sorted((str(k), str(v)) for k, v in text.items()))
+    if isinstance(text, (tuple, list)):
+        return tuple((str(k), str(v)) for k, v in text)
+    out = []
+    for part in str(text).split(","):
+        if not part.strip():
+            continue
+        k, sep, v = part.partition("=")
+        if not sep or not k.strip():
+            raise ValueError(f"expected comma-separated key=value pairs, got {part!r}")
+        out.append((k.strip(), v.strip()))
+    return tuple(out)
+
+
+def _str(text: str) -> str:
+    return str(text).strip()
+
+
+def _nonempty(text: str) -> str:
+    t = str(text).strip()
+    if not t:
+        raise ValueError("must not be empty")
+    return t
+
+
+@dataclass(frozen=True)
+class _Spec:
+    default: Any
+    parse: Callable[[Any], Any]
+    help: str
+    metavar: str | None = None
+    show: Callable[[Any], str] | None = None
+
+
+def _s(default: Any, parse: Callable[[Any], Any], help: str, metavar: str | None = None,
+       show: Callable[[Any], str] | None = None) -> Any:
+    return field(default=default, metadata={"spec": _Spec(default, parse, help, metavar, show)})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the service needs, validated. Build with :func:`load` (env + argv) or ``Settings(...)`` +
+    :meth:`validated` in tests."""
+
+    # Kafka
+    bootstrap_servers: str = _s("localhost:9092", _nonempty, "Kafka bootstrap servers (host:port,...)", "HOSTS")
+    input_topics: tuple[str, ...] = _s(("events",), _topics, "input topic(s), comma-separated", "TOPICS",
+                                       show=",".join)
+    changelog_topic: str = _s("events-windows", _topic, "output changelog topic (one record per window update)",
+                              "TOPIC")
+    late_topic: str = _s("events-late", _optional_topic,
+                         "topic for records dropped as late (R8); empty: count only", "TOPIC")
+    dead_letter_topic: str = _s("events-dlq", _topic, "topic for undecodable/invalid records", "TOPIC")
+    starting_offsets: str = _s("earliest", _choice(STARTING_OFFSETS),
+                               "where a NEW checkpoint starts reading (a restart resumes from the checkpoint)")
+    max_offsets_per_trigger: int = _s(0, _int(0), "max records per micro-batch (0: no limit)", "N")
+    kafka_options: tuple[tuple[str, str], ...] = _s((), _kafka_options,
+                                                    "extra Kafka client settings for source, sink and admin "
+                                                    "(k=v,k=v, e.g. security.protocol=SSL)", "K=V,...",
+                                                    show=lambda v: ",".join(f"{k}={x}" for k, x in v))
+    create_topics: bool = _s(True, _bool, "create missing output topics at start (changelog compacted)")
+    topic_partitions: int = _s(0, _int(0), "partitions of created output topics (0: as many as the input)", "N")
+    replication_factor: int = _s(1, _int(1), "replication factor of created output topics", "N")
+
+    # Formats
+    input_format: str = _s("json", _choice(INPUT_FORMATS), "input value format")
+    changelog_format: str = _s("avro", _choice(OUTPUT_FORMATS), "changelog value format")
+    changelog_key_format: str = _s("avro", _choice(KEY_FORMATS),
+                                   "changelog key format: avro/json record (key, window_start, window_end), "
+                                   "windowed = Kafka Streams TimeWindowedSerializer bytes (UTF-8 key + 8-byte "
+                                   "big-endian start), string = key|start|end")
+    schema_registry_url: str = _s("http://localhost:8081", _str, "Schema Registry URL (needed when any format is avro)", "URL")
+    key_field: str = _s("", _field_name, "value field holding the aggregation key (empty: the Kafka record key)",
+                        "FIELD")
+    timestamp_field: str = _s("", _field_name,
+                              "value field holding the event time in epoch ms (empty: the Kafka record timestamp)",
+                              "FIELD")
+
+    # Windows
+    aggregations: str = _s("count", _aggregations,
+                           "aggregations over value fields, e.g. count,sum:amount,max:amount", "SPEC")
+    time_difference: int = _s(60_000, parse_duration_ms, "sliding window time difference (window size)",
+                                 "DURATION", show=_format_duration)
+    grace: int = _s(0, parse_duration_ms, "grace period after a window's end", "DURATION",
+                       show=_format_duration)
+    emit: str = _s("update", _choice(EMIT_MODES),
+                   "update: last value per changed window per micro-batch; every: every window write; "
+                   "close: one final record per window")
+
+    # Spark
+    spark_master: str = _s("local[*]", _nonempty, "Spark master URL", "URL")
+    trigger_interval: int = _s(1000, parse_duration_ms, "micro-batch trigger interval (0: as fast as possible)",
+                                  "DURATION", show=_format_duration)
+    checkpoint_dir: str = _s("var/checkpoint", _nonempty,
+                             "checkpoint directory (offsets + RocksDB state; reuse it to resume)", "DIR")
+    state_partitions: int = _s(4, _int(1),
+                               "stateful tasks (spark.sql.shuffle.partitions; frozen into the checkpoint)", "N")
+    app_name: str = _s("slidingwindow", _nonempty, "Spark application name", "NAME")
+    spark_conf: tuple[tuple[str, str], ...] = _s((), _kafka_options, "extra Spark settings (k=v,k=v)", "K=V,...",
+                                                 show=lambda v: ",".join(f"{k}={x}" for k, x in v))
+
+    # Operations
+    metrics_port: int = _s(9108, _int(0), "Prometheus /metrics port on the driver (0: off)", "PORT")
+    log_level: str = _s("INFO", _choice(LOG_LEVELS, upper=True), "log level")
+
+    # ------------------------------------------------------------------------------------------------------------
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            spec: _Spec = f.metadata["spec"]
+            value = getattr(self, f.name)
+            try:
+                parsed = spec.parse(value)
+            except ValueError as e:
+                raise SettingsError(f.name, str(e)) from None
+            object.__setattr__(self, f.name, parsed)
+        self._check_consistency()
+
+    def _check_consistency(self) -> None:
+        avro = [n for n in ("input_format", "changelog_format", "changelog_key_format") if getattr(self, n) == "avro"]
+        if avro and not self.schema_registry_url:
+            raise SettingsError("schema_registry_url", f"required because {', '.join(avro)} is avro")
+        if self.schema_registry_url and not re.match(r"^https?://", self.schema_registry_url):
+            raise SettingsError("schema_registry_url", f"must start with http:// or https://, got "
+                                                       f"{self.schema_registry_url!r}")
+        outputs = [self.changelog_topic, self.dead_letter_topic] + ([self.late_topic] if self.late_topic else [])
+        for name in ("changelog_topic", "late_topic", "dead_letter_topic"):
+            t = getattr(self, name)
+            if t and t in self.input_topics:
+                raise SettingsError(name, f"{t!r} is also an input topic")
+        if len(set(outputs)) != len(outputs):
+            raise SettingsError("dead_letter_topic", f"output topics must differ, got {outputs}")
+        if self.time_difference <= 0:
+            raise SettingsError("time_difference", "must be positive")
+        if self.key_field and self.key_field == self.timestamp_field:
+            raise SettingsError("timestamp_field", "must differ from key_field")
+
+    @property
+    def time_difference_ms(self) -> int:
+        return self.time_difference
+
+    @property
+    def grace_ms(self) -> int:
+        return self.grace
+
+    @property
+    def trigger_interval_ms(self) -> int:
+        return self.trigger_interval
+
+    @property
+    def windows(self):  # -> windowstore.SlidingWindows
+        from windowstore import SlidingWindows
+
+        return SlidingWindows(self.time_difference_ms, self.grace_ms)
+
+    def aggregation(self):  # -> windowstore.Aggregation (a new instance)
+        from windowstore import parse_aggregations
+
+        return parse_aggregations(self.aggregations)
+
+    def kafka_client_config(self) -> dict[str, str]:
+        """confluent-kafka / Java client settings: bootstrap servers + ``kafka_options``."""
+        return {"bootstrap.servers": self.bootstrap_servers, **dict(self.kafka_options)}
+
+    def replace(self, **changes: Any) -> "Settings":
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(changes)
+        return Settings(**values)
+
+    def describe(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+SETTINGS = tuple(f.name for f in fields(Settings))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per setting; the help shows the default and the environment variable."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    section = None
+    for f in fields(Settings):
+        spec: _Spec = f.metadata["spec"]
+        section = _SECTIONS.get(f.name, section)
+        group = groups.get(section) or groups.setdefault(section, parser.add_argument_group(section))
+        default = spec.show(spec.default) if spec.show else spec.default
+        if isinstance(default, bool):
+            default = str(default).lower()
+        env = ENV_PREFIX + f.name.upper()
+        flag = "--" + f.name.replace("_", "-")
+        kwargs: dict[str, Any] = {"dest": f.name, "default": None, "metavar": spec.metavar,
+                                  "help": f"{spec.help} (default: {default!s} | env {env})"}
+        choices = {"starting_offsets": STARTING_OFFSETS, "input_format": INPUT_FORMATS,
+                   "changelog_format": OUTPUT_FORMATS, "changelog_key_format": KEY_FORMATS, "emit": EMIT_MODES}
+        if f.name in choices:
+            kwargs["metavar"] = "{" + ",".join(choices[f.name]) + "}"
+        if f.type in (bool, "bool"):
+            kwargs["metavar"] = "{true,false}"
+        group.add_argument(flag, **kwargs)
+
+
+_SECTIONS = {"bootstrap_servers": "Kafka", "input_format": "formats", "aggregations": "windows",
+             "spark_master": "Spark", "metrics_port": "operations"}
+
+
+def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from parsed flags, falling back to ``SLIDINGWINDOW_*`` variables, then defaults."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for name in SETTINGS:
+        flag_value = getattr(args, name, None)
+        if flag_value is not None:
+            values[name] = flag_value
+        elif ENV_PREFIX + name.upper() in env:
+            values[name] = env[ENV_PREFIX + name.upper()]
+    return Settings(**values)
+
+
+def load(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Parse ``argv`` (flags only) and the environment into :class:`Settings`."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    add_arguments(parser)
+    args = parser.parse_args(list(argv or []))
+    return from_args(args, environ)

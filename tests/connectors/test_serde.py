@@ -1,0 +1,187 @@
+"""Input decoding (JSON, Avro in the Schema Registry wire format) and changelog encoding."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import struct
+
+import pytest
+from fastavro import parse_schema
+
+from connectors.avro import decode_body, encode, split_wire
+from connectors.output import (
+    ChangelogEncoder,
+    ChangelogSpec,
+    changelog_key_schema,
+    changelog_value_schema,
+    parse_windowed_key,
+    windowed_key,
+)
+from connectors.schema_registry import SchemaRegistry, UnknownSchemaError
+from connectors.serde import BadRecord, InputDecoder, InputSpec, aggregation_fields
+from tests.service.schema_registry_double import SchemaRegistryDouble
+
+PAYMENT = {
+    "type": "record",
+    "name": "Payment",
+    "fields": [
+        {"name": "account", "type": ["null", "string"], "default": None},
+        {"name": "amount", "type": "long"},
+        {"name": "ts", "type": ["null", "long"], "default": None},
+    ],
+}
+OTHER = {"type": "record", "name": "Other", "fields": [{"name": "x", "type": "string"}]}
+
+
+@pytest.fixture(scope="module")
+def registry():
+    with SchemaRegistryDouble() as sr:
+        yield sr
+
+
+def spec(**kw):
+    base = dict(format="json", key_field="", timestamp_field="", fields=aggregation_fields("count,sum:amount"))
+    base.update(kw)
+    return InputSpec(**base)
+
+
+def test_aggregation_fields():
+    assert aggregation_fields("count,sum:amount,max:amount,collect:note") == (("amount", True), ("note", False))
+    assert aggregation_fields("count") == ()
+
+
+def test_json_good_record():
+    d = InputDecoder(spec())
+    assert d.decode(b"acct-1", b'{"amount": 5}', 1000) == ("acct-1", {"amount": 5}, 1000)
+
+
+def test_json_key_and_time_from_fields():
+    d = InputDecoder(spec(key_field="account", timestamp_field="ts"))
+    assert d.decode(None, b'{"account": "a", "amount": 1.5, "ts": 7}', 99) == ("a", {"account": "a", "amount": 1.5,
+                                                                                    "ts": 7}, 7)
+    assert d.decode(None, b'{"account": 42, "amount": 1, "ts": 7}', 99)[0] == "42"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "ts", "kw", "reason"),
+    [
+        (b"k", None, 1, {}, "null-value"),
+        (b"k", b"\xff\xfe", 1, {}, "undecodable-value"),
+        (b"k", b'{"amount": 1', 1, {}, "undecodable-value"),
+        (b"k", b"[1, 2]", 1, {}, "schema-mismatch"),
+        (b"k", b'{"amt": 1}', 1, {}, "schema-mismatch"),
+        (b"k", b'{"amount": "1"}', 1, {}, "schema-mismatch"),
+        (b"k", b'{"amount": true}', 1, {}, "schema-mismatch"),
+        (None, b'{"amount": 1}', 1, {}, "null-key"),
+        (b"\xff", b'{"amount": 1}', 1, {}, "undecodable-key"),
+        (b"k", b'{"amount": 1}', -1, {}, "invalid-timestamp"),
+        (None, b'{"amount": 1, "ts": 5}', 1, {"key_field": "account", "timestamp_field": "ts"}, "null-key"),
+        (None, b'{"account": [1], "amount": 1, "ts": 5}', 1, {"key_field": "account"}, "undecodable-key"),
+        (b"k", b'{"amount": 1}', 1, {"timestamp_field": "ts"}, "missing-timestamp"),
+        (b"k", b'{"amount": 1, "ts": null}', 1, {"timestamp_field": "ts"}, "missing-timestamp"),
+        (b"k", b'{"amount": 1, "ts": -5}', 1, {"timestamp_field": "ts"}, "invalid-timestamp"),
+        (b"k", b'{"amount": 1, "ts": 1.5}', 1, {"timestamp_field": "ts"}, "invalid-timestamp"),
+        (b"k", b'{"amount": 1, "ts": "2024-01-01"}', 1, {"timestamp_field": "ts"}, "invalid-timestamp"),
+    ],
+)
+def test_json_bad_records(key, value, ts, kw, reason):
+    with pytest.raises(BadRecord) as e:
+        InputDecoder(spec(**kw)).decode(key, value, ts)
+    assert e.value.reason == reason
+
+
+def test_decode_batch_keeps_order_and_indexes():
+    d = InputDecoder(spec())
+    good, bad = d.decode_batch([b"a", None, b"b"], [b'{"amount":1}', b'{"amount":2}', b"x"], [1, 2, 3])
+    assert good == [(0, "a", {"amount": 1}, 1)]
+    assert [(i, r) for i, r, _ in bad] == [(1, "null-key"), (2, "undecodable-value")]
+
+
+def test_avro_wire_format_roundtrip(registry):
+    reg = SchemaRegistry(registry.url)
+    sid = reg.register("payments-value", PAYMENT)
+    assert reg.register("payments-value", PAYMENT) == sid  # idempotent
+    data = encode(sid, parse_schema(PAYMENT), {"account": "a", "amount": 3, "ts": 10})
+    assert data[0] == 0 and struct.unpack(">I", data[1:5])[0] == sid
+    got_id, body = split_wire(data)
+    assert got_id == sid
+    assert decode_body(body, reg.writer_schema(sid)) == {"account": "a", "amount": 3, "ts": 10}
+    with pytest.raises(UnknownSchemaError):
+        reg.writer_schema(9999)
+
+
+def test_avro_decoder_good_and_bad(registry):
+    reg = SchemaRegistry(registry.url)
+    sid = reg.register("payments-value", PAYMENT)
+    other = reg.register("other-value", OTHER)
+    d = InputDecoder(spec(format="avro", key_field="account", timestamp_field="ts",
+                          schema_registry_url=registry.url))
+    good = encode(sid, parse_schema(PAYMENT), {"account": "a", "amount": 3, "ts": 10})
+    assert d.decode(None, good, 0) == ("a", {"account": "a", "amount": 3, "ts": 10}, 10)
+
+    def reason(value):
+        with pytest.raises(BadRecord) as e:
+            d.decode(None, value, 0)
+        return e.value.reason
+
+    assert reason(b"\x01\x00\x00\x00\x01abc") == "undecodable-value"  # wrong magic byte
+    assert reason(b"\x00\x00") == "undecodable-value"  # too short
+    assert reason(b"\x00" + struct.pack(">I", 4242) + b"\x02") == "unknown-schema"
+    assert reason(good[:-3]) == "undecodable-value"  # truncated body
+    assert reason(good + b"\x00\x00") == "undecodable-value"  # trailing bytes
+    assert reason(encode(other, parse_schema(OTHER), {"x": "y"})) == "null-key"  # other schema, no key field
+    assert reason(encode(sid, parse_schema(PAYMENT), {"account": None, "amount": 3, "ts": 10})) == "null-key"
+    assert reason(encode(sid, parse_schema(PAYMENT), {"account": "a", "amount": 3, "ts": None})) == \
+        "missing-timestamp"
+    assert reason(encode(sid, parse_schema(PAYMENT), {"account": "a", "amount": 3, "ts": -3})) == \
+        "invalid-timestamp"
+
+
+def test_avro_timestamp_millis_logical_type(registry):
+    schema = {"type": "record", "name": "E", "fields": [
+        {"name": "k", "type": "string"},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}}]}
+    reg = SchemaRegistry(registry.url)
+    sid = reg.register("e-value", schema)
+    d = InputDecoder(InputSpec(format="avro", key_field="k", timestamp_field="at", schema_registry_url=registry.url))
+    when = dt.datetime(2024, 1, 1, 0, 0, 1, 500000, tzinfo=dt.timezone.utc)
+    data = encode(sid, parse_schema(schema), {"k": "x", "at": when})
+    assert d.decode(None, data, 0)[2] == 1704067201500
+
+
+# ------------------------------------------------------------------------------------------------ changelog
+def test_windowed_key_layout_matches_kafka_streams():
+    # TimeWindowedSerializer: serialized key + 8-byte big-endian start
+    assert windowed_key("ab", 1) == b"ab\x00\x00\x00\x00\x00\x00\x00\x01"
+    assert parse_windowed_key(windowed_key("acct-é", 1_700_000_000_000)) == ("acct-é", 1_700_000_000_000)
+
+
+def test_json_changelog_is_deterministic_and_complete():
+    enc = ChangelogEncoder(ChangelogSpec("json", "json", "count,sum:amount,max:amount"))
+    keys, values = enc.encode([("a", 0, 10, {"count": 2, "sum_amount": 5, "max_amount": 4}, 7, 2)], emit_time=99)
+    assert keys == [b'{"key":"a","window_start":0,"window_end":10}']
+    assert json.loads(values[0]) == {"key": "a", "window_start": 0, "window_end": 10, "record_count": 2,
+                                     "max_timestamp": 7, "emit_time": 99,
+                                     "aggregates": {"count": 2, "sum_amount": 5, "max_amount": 4}}
+    single = ChangelogEncoder(ChangelogSpec("string", "json", "count"))
+    k, v = single.encode([("a", 0, 10, 3, 7, 3)], emit_time=1)
+    assert k == [b"a|0|10"] and json.loads(v[0])["aggregates"] == {"count": 3}
+
+
+def test_avro_changelog_roundtrip(registry):
+    reg = SchemaRegistry(registry.url)
+    aggs = "count,sum:amount,mean:amount,collect:amount"
+    kid = reg.register("out-key", changelog_key_schema())
+    vid = reg.register("out-value", changelog_value_schema(aggs))
+    enc = ChangelogEncoder(ChangelogSpec("avro", "avro", aggs, kid, vid))
+    value = {"count": 2, "sum_amount": 5, "mean_amount": 2.5, "collect_amount": [2, 3.0]}
+    keys, values = enc.encode([("a", 0, 10, value, 7, 2)], emit_time=99)
+    kid2, kbody = split_wire(keys[0])
+    assert kid2 == kid and decode_body(kbody, reg.writer_schema(kid)) == {"key": "a", "window_start": 0,
+                                                                          "window_end": 10}
+    vid2, vbody = split_wire(values[0])
+    rec = decode_body(vbody, reg.writer_schema(vid2))
+    assert rec["aggregates"] == value
+    assert isinstance(rec["aggregates"]["sum_amount"], int)  # integers stay integers
+    assert (rec["record_count"], rec["max_timestamp"], rec["emit_time"]) == (2, 7, 99)

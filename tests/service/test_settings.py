@@ -1,0 +1,93 @@
+"""Settings: env + flags, defaults, one clear error per invalid setting, CLI exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import FrozenInstanceError, fields
+
+import pytest
+
+from service.cli import main
+from service.settings import ENV_PREFIX, SETTINGS, Settings, SettingsError, load, parse_duration_ms
+
+
+def test_defaults_are_valid_and_frozen():
+    s = load([], environ={})
+    assert s == Settings()
+    assert s.spark_master == "local[*]"
+    assert s.emit == "update"
+    assert s.time_difference_ms == 60_000
+    with pytest.raises(FrozenInstanceError):
+        s.emit = "every"  # type: ignore[misc]
+
+
+def test_flag_beats_env_beats_default():
+    env = {ENV_PREFIX + "GRACE": "10s", ENV_PREFIX + "EMIT": "close", ENV_PREFIX + "INPUT_TOPICS": "a, b"}
+    s = load(["--emit", "every", "--time-difference", "5m"], environ=env)
+    assert s.emit == "every"  # flag
+    assert s.grace == 10_000  # env
+    assert s.time_difference == 300_000  # flag
+    assert s.input_topics == ("a", "b")
+    assert s.checkpoint_dir == "var/checkpoint"  # default
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"), [("1500", 1500), ("1500ms", 1500), ("10s", 10_000), ("5m", 300_000), ("1h", 3_600_000),
+                     ("2d", 172_800_000), (" 7 S ", 7000)],
+)
+def test_durations(text, ms):
+    assert parse_duration_ms(text) == ms
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "name"),
+    [
+        (["--grace", "soon"], {}, "grace"),
+        (["--time-difference", "0"], {}, "time_difference"),
+        (["--emit", "sometimes"], {}, "emit"),
+        ([], {ENV_PREFIX + "STATE_PARTITIONS": "0"}, "state_partitions"),
+        ([], {ENV_PREFIX + "AGGREGATIONS": "count,median:amount"}, "aggregations"),
+        (["--input-topics", "a b"], {}, "input_topics"),
+        (["--changelog-topic", "events"], {}, "changelog_topic"),
+        (["--late-topic", "x", "--dead-letter-topic", "x"], {}, "dead_letter_topic"),
+        (["--input-format", "avro", "--schema-registry-url", ""], {}, "schema_registry_url"),
+        (["--schema-registry-url", "localhost:8081"], {}, "schema_registry_url"),
+        (["--create-topics", "maybe"], {}, "create_topics"),
+        (["--kafka-options", "acks"], {}, "kafka_options"),
+        (["--key-field", "a-b"], {}, "key_field"),
+        (["--metrics-port", "-1"], {}, "metrics_port"),
+    ],
+)
+def test_invalid_setting_names_the_setting(args, env, name):
+    with pytest.raises(SettingsError) as e:
+        load(args, environ=env)
+    assert e.value.name == name
+    msg = str(e.value)
+    assert name in msg and "--" + name.replace("_", "-") in msg and ENV_PREFIX + name.upper() in msg
+
+
+def test_every_setting_has_a_flag_in_help(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for name in SETTINGS:
+        assert "--" + name.replace("_", "-") in out
+        assert ENV_PREFIX + name.upper() in out
+    assert "default: local[*]" in out
+
+
+def test_bad_setting_exits_2_with_one_clear_line():
+    env = {"PATH": "/usr/bin:/bin", ENV_PREFIX + "EMIT": "often"}
+    proc = subprocess.run([sys.executable, "-m", "service", "run", "--bootstrap-servers", "x:1"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: invalid setting emit (--emit / SLIDINGWINDOW_EMIT)")
+
+
+def test_settings_fields_are_all_documented():
+    for f in fields(Settings):
+        assert f.metadata["spec"].help
