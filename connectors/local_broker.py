@@ -501,6 +501,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"ready in {broker.startup_seconds:.1f}s, logs {broker.log_file}")  # fmt: skip
     if args.command == "start":
         return 0
+    # `run`: stop the broker on Ctrl-C and on SIGTERM (a service manager, `kill`).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         while broker.is_running():
             time.sleep(1.0)

@@ -76,6 +76,29 @@ def test_produce_consume_round_trip(kafka_bootstrap: str, make_topic: Callable[.
         assert [g[1] for g in got if g[2] == p] == [s[1] for s in sent if s[2] == p]
 
 
+def test_records_with_any_timestamp_are_kept(kafka_bootstrap: str, make_topic: Callable[..., str]) -> None:
+    """Event-time data has old and future timestamps; the local broker must neither reject nor expire them."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    broker_id = str(next(iter(admin.list_topics(timeout=10).brokers)))
+    res = ConfigResource(ConfigResource.Type.BROKER, broker_id)
+    configs = admin.describe_configs([res])[res].result(timeout=30)
+    if configs["log.retention.ms"].value != "-1":
+        pytest.skip("broker not configured by connectors.local_broker (external or container broker)")
+    topic = make_topic()
+    future_ms = int(time.time() * 1000) + 3 * 86_400_000
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    errors: list[object] = []
+    for ts in (1, 1000, future_ms):  # timestamp=0 means "now" to librdkafka
+        producer.produce(topic, key=b"k", value=str(ts).encode(), timestamp=ts,
+                         on_delivery=lambda err, msg: errors.append(err) if err else None)  # fmt: skip
+    assert producer.flush(30) == 0 and not errors, errors
+    got = _consume(kafka_bootstrap, topic, expected=3)
+    assert [g[3] for g in got] == [1, 1000, future_ms]
+
+
 # ----------------------------------------------------------------------------------------------- CLI
 
 
