@@ -36,9 +36,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 from connectors import versions
 
@@ -283,14 +283,15 @@ def kafka_set_name() -> str:
 def _kafka_logging_companions(resolved: Sequence[ResolvedArtifact]) -> list[Coordinate]:
     """An SLF4J 1.x -> log4j2 binding at the log4j version Kafka itself depends on (the distribution ships one)."""
     ids = {(a.group, a.artifact): a for a in resolved}
-    if ("org.apache.logging.log4j", "log4j-slf4j-impl") in ids or ("org.apache.logging.log4j", "log4j-slf4j2-impl") in ids:
+    log4j = "org.apache.logging.log4j"
+    if (log4j, "log4j-slf4j-impl") in ids or (log4j, "log4j-slf4j2-impl") in ids:
         return []
-    api = ids.get(("org.apache.logging.log4j", "log4j-api"))
+    api = ids.get((log4j, "log4j-api"))
     slf4j = ids.get(("org.slf4j", "slf4j-api"))
     if api is None or slf4j is None:
         return []
     binding = "log4j-slf4j2-impl" if slf4j.version.startswith("2.") else "log4j-slf4j-impl"
-    return [Coordinate("org.apache.logging.log4j", binding, api.version)]
+    return [Coordinate(log4j, binding, api.version)]
 
 
 def kafka_broker_classpath(*, cache_dir: Path | None = None, force: bool = False) -> list[Path]:
@@ -392,10 +393,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="one path per line (default), ':'-joined classpath, or ','-joined spark.jars value",
     )
     parser.add_argument("--force", action="store_true", help="resolve again even if cached")
-    parser.add_argument("--cache-dir", type=Path, default=None, help=f"cache folder (default ${ENV_CACHE} or {DEFAULT_CACHE})")
+    parser.add_argument(
+        "--cache-dir", type=Path, default=None, help=f"cache folder (default ${ENV_CACHE} or {DEFAULT_CACHE})"
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     try:
         jars = ARTIFACT_SETS[args.set](cache_dir=args.cache_dir, force=args.force)
     except (JarResolutionError, versions.VersionError) as e:

@@ -40,10 +40,10 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Mapping, Sequence
 
 from connectors import jars, versions
 
@@ -370,7 +370,8 @@ class LocalKafkaBroker:
         cmd = [
             java, "-Xmx256m", "-XX:TieredStopAtLevel=1", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
             f"-Dkafka.logs.dir={self.log_dir}", "-cp", cp,
-            STORAGE_TOOL_CLASS, "format", "--cluster-id", new_cluster_id(), "--config", str(props), "--ignore-formatted",
+            STORAGE_TOOL_CLASS, "format", "--cluster-id", new_cluster_id(), "--config", str(props),
+            "--ignore-formatted",
         ]  # fmt: skip
         t0 = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=self.data_dir)
@@ -400,14 +401,14 @@ class LocalKafkaBroker:
             time.sleep(0.2)
 
 
-def _terminate(pid: int, timeout: float, wait: object = None) -> bool:
+def _terminate(pid: int, timeout: float, wait: Callable[..., object] | None = None) -> bool:
     """SIGTERM ``pid``, wait up to ``timeout`` s, SIGKILL if still alive. Returns True if it had to SIGKILL."""
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return False
     deadline = time.monotonic() + timeout
-    if callable(wait):  # our child: reap it
+    if wait is not None:  # our child: reap it
         try:
             wait(timeout=timeout)
             return False
@@ -423,7 +424,7 @@ def _terminate(pid: int, timeout: float, wait: object = None) -> bool:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         return True
-    if callable(wait):
+    if wait is not None:
         wait(timeout=10)
     return True
 
@@ -456,7 +457,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m connectors.local_broker", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["start", "stop", "status", "run"],
                         help="start (detached), stop, status, or run (foreground until Ctrl-C)")  # fmt: skip
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"client port (default {DEFAULT_PORT}; 0 = free)")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"client port (default {DEFAULT_PORT}; 0 = free)"
+    )
     parser.add_argument("--controller-port", type=int, default=None, help="controller port (default: a free port)")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help=f"default {DEFAULT_DATA_DIR}")
     parser.add_argument("--host", default=DEFAULT_HOST)

@@ -61,7 +61,7 @@ class SparkVersions:
     jars_dir: Path
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def jvm_versions(pyproject: Path = PYPROJECT) -> JvmVersions:
     """Read the pinned JVM versions from ``pyproject.toml``."""
     try:
@@ -85,9 +85,9 @@ def jvm_versions(pyproject: Path = PYPROJECT) -> JvmVersions:
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def spark_versions() -> SparkVersions:
-    """Version, Scala binary version and jar folder of the installed pyspark (imports nothing heavy)."""
+    """Version, Scala binary version and jar folder of the installed pyspark (imports pyspark, starts no JVM)."""
     try:
         from pyspark.version import __version__ as spark_version
     except ImportError as e:

@@ -22,7 +22,7 @@ import logging
 import os
 import re
 import uuid
-from typing import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 

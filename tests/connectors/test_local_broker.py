@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 
@@ -141,9 +141,10 @@ def spark() -> Iterator[object]:
     from connectors.jars import spark_kafka_jars
 
     jar_paths = [str(p) for p in spark_kafka_jars()]
+    existing = SparkSession.getActiveSession()  # reused (and left running) if another fixture made one
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    session = (
+    session = existing or (
         SparkSession.builder.master("local[2]")
         .appName("slidingwindow-test-connectors")
         .config("spark.jars", ",".join(jar_paths))
@@ -155,11 +156,13 @@ def spark() -> Iterator[object]:
     configured = session.sparkContext.getConf().get("spark.jars", "")
     if not all(j in configured for j in jar_paths):
         pytest.fail(f"a SparkSession without the Kafka connector jars already exists (spark.jars={configured!r})")
-    session.sparkContext.setLogLevel("ERROR")
+    if existing is None:
+        session.sparkContext.setLogLevel("ERROR")
     try:
         yield session
     finally:
-        session.stop()
+        if existing is None:
+            session.stop()
 
 
 @pytest.mark.timeout(600)
