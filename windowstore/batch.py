@@ -225,7 +225,7 @@ class _SparseTable:
         if len(self.levels) == 1 or not k.any():
             return self.op(self.levels[0][lo], self.levels[0][hi - 1])
         out = np.empty(len(lo), dtype=self.levels[0].dtype)
-        for level in np.unique(k):
+        for level in np.flatnonzero(np.bincount(k)):
             sel = k == level
             tab = self.levels[level]
             out[sel] = self.op(tab[lo[sel]], tab[hi[sel] - (1 << int(level))])
@@ -239,9 +239,9 @@ def _r3_starts(distinct: np.ndarray, td: int) -> np.ndarray:
     return np.union1d(left, right)
 
 
-def _aggregate(plan: Plan, kinds_parts: list[Any], lo: np.ndarray, hi: np.ndarray) -> list[Any]:
+def _aggregate(plan: Plan, parts: list[Any], lo: np.ndarray, hi: np.ndarray) -> list[Any]:
     out = []
-    for (kind, _f), col in zip(plan, kinds_parts):
+    for (kind, _f), col in zip(plan, parts):
         if kind == "count":
             out.append(None)
         elif kind in ("sum", "mean"):
@@ -251,84 +251,6 @@ def _aggregate(plan: Plan, kinds_parts: list[Any], lo: np.ndarray, hi: np.ndarra
         else:
             out.append(_SparseTable(col, np.minimum if kind == "min" else np.maximum).query(lo, hi))
     return out
-
-
-def _key_kernel(
-    td: int, plan: Plan, kw: "KeyWindows", nidx: np.ndarray, nts: np.ndarray, nparts: list[Any]
-) -> tuple[np.ndarray, ...]:
-    """Apply one key's new records; returns the written rows (order keys + window columns)."""
-    n_old = len(kw.raw_ts)
-    T = np.concatenate([kw.raw_ts, nts])
-    arrival = np.concatenate([np.full(n_old, -1, _I64), nidx])
-    order = np.argsort(T, kind="stable")
-    T = T[order]
-    arrival = arrival[order]
-    parts_all = [None if c is None else np.concatenate([c, nc])[order] for c, nc in zip(kw.raw_cols, nparts)]
-
-    distinct, d_lo = np.unique(T, return_index=True)
-    starts = _r3_starts(distinct, td)
-    new_sorted = np.sort(nts)
-    touch = np.searchsorted(new_sorted, starts + td, "right") - np.searchsorted(new_sorted, starts - 1, "left")
-    starts = starts[touch > 0]
-    lo = np.searchsorted(T, starts, "left")
-    hi = np.searchsorted(T, starts + td, "right")
-
-    first_in = _SparseTable(arrival, np.minimum).query(lo, hi)  # -1: a record from before the batch
-    first_at = np.minimum.reduceat(arrival, d_lo)
-
-    def first_exact(ts: np.ndarray) -> np.ndarray:
-        pos = np.minimum(np.searchsorted(distinct, ts), len(distinct) - 1)
-        return np.where(distinct[pos] == ts, first_at[pos], _BIG)
-
-    edge = np.minimum(first_exact(starts - 1), first_exact(starts + td))
-    created_at = np.where(starts == 0, first_in, np.maximum(first_in, edge))
-    last_writer = np.maximum(created_at, _SparseTable(arrival, np.maximum).query(lo, hi))
-    written = last_writer >= 0
-    if not written.all():
-        starts, lo, hi, created_at, last_writer = (
-            starts[written], lo[written], hi[written], created_at[written], last_writer[written]
-        )
-    counts = hi - lo
-    max_ts = T[hi - 1]
-    parts = _aggregate(plan, parts_all, lo, hi)
-
-    # order within the writing record (see the module docstring)
-    writer_pos = np.searchsorted(nidx, last_writer)  # nidx is ascending: arrival order of this key
-    writer_ts = nts[writer_pos]
-    by_creation = created_at == last_writer
-    early = writer_ts < td
-    late_c = ~early & by_creation
-    cat = np.zeros(len(starts), _I64)
-    cat[late_c] = 1
-    cat[late_c & (starts == writer_ts - td)] = 2
-    cat[late_c & (starts == writer_ts + 1)] = 3
-    early_c = early & by_creation
-    cat[early_c] = 2
-    cat[early_c & (starts == writer_ts + 1)] = 1
-    cat[early & (starts == 0)] = 3
-    pos = np.where(early, starts, -starts)
-
-    # merge the written windows into the key's columns
-    old = kw.cols
-    union = np.union1d(old.starts, starts)
-    ie = np.searchsorted(union, old.starts)
-    iw = np.searchsorted(union, starts)
-
-    def merged(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        out = np.empty(len(union), dtype=np.result_type(a, b))
-        out[ie] = a
-        out[iw] = b
-        return out
-
-    kw.cols = Cols(
-        union,
-        merged(old.ts, max_ts),
-        merged(old.counts, counts),
-        [None if a is None else merged(a, b) for a, b in zip(old.parts, parts)],
-    )
-    kw.raw_ts = T
-    kw.raw_cols = parts_all
-    return last_writer, cat, pos, starts, max_ts, counts, parts, len(union) - len(old.starts)
 
 
 def _consistent_with_r3(td: int, plan: Plan, kw: "KeyWindows", nts: np.ndarray) -> bool:
@@ -352,143 +274,321 @@ def _consistent_with_r3(td: int, plan: Plan, kw: "KeyWindows", nts: np.ndarray) 
     return True
 
 
-# ------------------------------------------------------------------------------------------------- driver
+# Every key of a batch is processed in one vectorized pass: key k's timestamps live at k * _OFF + ts, so
+# windows [s, s + td] and all range queries stay inside one key.
+_SHIFT = 42
+_OFF = 1 << _SHIFT
+_MAX_TS = 1 << 41
+
+
+def _sorted_union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Union of two int arrays as a sorted array without duplicates (cheaper than np.union1d here)."""
+    u = np.concatenate([a, b])
+    u.sort(kind="stable")
+    if len(u) > 1:
+        keep = np.ones(len(u), bool)
+        keep[1:] = u[1:] != u[:-1]
+        u = u[keep]
+    return u
+
+
+def _concat(arrays: list[np.ndarray], dtype: Any = _I64) -> np.ndarray:
+    return np.concatenate(arrays) if arrays else np.zeros(0, dtype)
+
+
+def _kernel(
+    td: int, plan: Plan, kws: list["KeyWindows"], key_id: np.ndarray, arrival: np.ndarray, ts: np.ndarray,
+    parts_new: list[Any], n_records: int,
+) -> tuple:
+    """Apply the accepted records of all keys (``key_id``, ``arrival`` index, ``ts``, part columns) at once.
+    Updates every ``kws[k]`` in place; returns the written rows (order keys, key, start, ts, count, parts)."""
+    K = len(kws)
+    offs = np.arange(K, dtype=_I64) << _SHIFT
+    old_n = np.fromiter((len(kw.raw_ts) for kw in kws), _I64, K)
+    T = np.concatenate([_concat([kw.raw_ts for kw in kws]) + np.repeat(offs, old_n), (key_id << _SHIFT) + ts])
+    arr = np.concatenate([np.full(int(old_n.sum()), -1, _I64), arrival])
+    order = np.argsort(T, kind="stable")
+    T = T[order]
+    arr = arr[order]
+    parts_all = [
+        None if kind == "count" else np.concatenate([_concat([kw.raw_cols[i] for kw in kws], p.dtype), p])[order]
+        for i, ((kind, _f), p) in enumerate(zip(plan, parts_new))
+    ]
+
+    first = np.ones(len(T), bool)
+    first[1:] = T[1:] != T[:-1]
+    d_lo = np.flatnonzero(first)
+    distinct = T[d_lo]
+    base = (distinct >> _SHIFT) << _SHIFT
+    left = np.maximum(distinct - td, base)
+    right = distinct[:-1][distinct[1:] <= distinct[:-1] + 1 + td] + 1
+    starts = _sorted_union(left, right)
+    new_sorted = np.sort((key_id << _SHIFT) + ts)
+    touch = np.searchsorted(new_sorted, starts + td, "right") - np.searchsorted(new_sorted, starts - 1, "left")
+    starts = starts[touch > 0]
+    lo = np.searchsorted(T, starts, "left")
+    hi = np.searchsorted(T, starts + td, "right")
+
+    first_in = _SparseTable(arr, np.minimum).query(lo, hi)  # -1: a record from before the batch
+    first_at = np.minimum.reduceat(arr, d_lo) if len(arr) else arr
+
+    def first_exact(t: np.ndarray) -> np.ndarray:
+        pos = np.minimum(np.searchsorted(distinct, t), len(distinct) - 1)
+        return np.where(distinct[pos] == t, first_at[pos], _BIG)
+
+    at_zero = (starts & (_OFF - 1)) == 0
+    edge = np.minimum(first_exact(starts - 1), first_exact(starts + td))
+    created_at = np.where(at_zero, first_in, np.maximum(first_in, edge))
+    last_writer = np.maximum(created_at, _SparseTable(arr, np.maximum).query(lo, hi))
+    written = last_writer >= 0
+    if not written.all():
+        starts, lo, hi = starts[written], lo[written], hi[written]
+        created_at, last_writer, at_zero = created_at[written], last_writer[written], at_zero[written]
+    counts = hi - lo
+    max_ts = T[hi - 1] & (_OFF - 1)
+    parts = _aggregate(plan, parts_all, lo, hi)
+
+    # order within the writing record (see the module docstring)
+    ts_by_arrival = np.zeros(n_records, _I64)
+    ts_by_arrival[arrival] = ts
+    writer_ts = ts_by_arrival[last_writer]
+    local = starts & (_OFF - 1)
+    by_creation = created_at == last_writer
+    early = writer_ts < td
+    late_c = ~early & by_creation
+    cat = np.zeros(len(starts), _I64)
+    cat[late_c] = 1
+    cat[late_c & (local == writer_ts - td)] = 2
+    cat[late_c & (local == writer_ts + 1)] = 3
+    early_c = early & by_creation
+    cat[early_c] = 2
+    cat[early_c & (local == writer_ts + 1)] = 1
+    cat[early & at_zero] = 3
+    pos = np.where(early, local, -local)
+
+    # merge the written windows into every key's columns, then split back per key
+    old_cnt = np.fromiter((len(kw.cols) for kw in kws), _I64, K)
+    S_old = _concat([kw.cols.starts for kw in kws]) + np.repeat(offs, old_cnt)
+    union = _sorted_union(S_old, starts)
+    ie = np.searchsorted(union, S_old)
+    iw = np.searchsorted(union, starts)
+
+    def merged(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out = np.empty(len(union), dtype=np.result_type(a, b))
+        out[ie] = a
+        out[iw] = b
+        return out
+
+    m_ts = merged(_concat([kw.cols.ts for kw in kws]), max_ts)
+    m_counts = merged(_concat([kw.cols.counts for kw in kws]), counts)
+    m_parts = [
+        None if p is None else merged(_concat([kw.cols.parts[i] for kw in kws], p.dtype), p)
+        for i, p in enumerate(parts)
+    ]
+    w_bounds = np.searchsorted(union, offs).tolist() + [len(union)]
+    r_bounds = np.searchsorted(T, offs).tolist() + [len(T)]
+    raw_local = T & (_OFF - 1)
+    u_local = union & (_OFF - 1)
+    for k, kw in enumerate(kws):
+        a, b = w_bounds[k], w_bounds[k + 1]
+        kw.cols = Cols(u_local[a:b], m_ts[a:b], m_counts[a:b], [None if p is None else p[a:b] for p in m_parts])
+        a, b = r_bounds[k], r_bounds[k + 1]
+        kw.raw_ts = raw_local[a:b]
+        kw.raw_cols = [None if p is None else p[a:b] for p in parts_all]
+    created = len(union) - len(S_old)
+    return last_writer, cat, pos, starts >> _SHIFT, local, max_ts, counts, parts, created
+
+
 def process_batch(proc: "SlidingWindowProcessor", records: Sequence[tuple[Hashable, Any, Any]]) -> bool:
-    """Process ``records`` (arrival order) on the batch path if it applies; returns False after falling
-    back to the record path. Results go to the update cache like :meth:`process` (flush them)."""
-    plan = proc._plan
-    if plan is None:
+    """Process ``(key, value, ts)`` records (arrival order) on the batch path if it applies; returns False
+    after falling back to the record path. Results go to the update cache like :meth:`process`."""
+    if proc._plan is None:
         _record_path(proc, records)
         return False
+    keys = [r[0] for r in records]
+    values = [r[1] for r in records]
+    ts = [r[2] for r in records]
+    return process_columns(proc, keys, ts, None, values)
 
+
+def _timestamps(ts: Any) -> tuple[np.ndarray, np.ndarray]:
+    """int64 timestamps and a mask of invalid ones (not an integer, or negative)."""
+    arr = np.asarray(ts)
+    if arr.dtype.kind in "iu":
+        arr = arr.astype(_I64, copy=False)
+        return arr, arr < 0
+    out = np.zeros(len(ts), _I64)
+    bad = np.zeros(len(ts), bool)
+    for i, t in enumerate(ts):
+        if isinstance(t, int) and not isinstance(t, bool) and t >= 0:
+            out[i] = t
+        else:
+            bad[i] = True
+    return out, bad
+
+
+def process_columns(
+    proc: "SlidingWindowProcessor",
+    keys: Sequence[Hashable],
+    timestamps: Any,
+    fields: dict[str | None, Any] | None = None,
+    values: Sequence[Any] | None = None,
+) -> bool:
+    """Columnar :func:`process_batch`: ``keys`` (sequence), ``timestamps`` (int array), and either ``fields``
+    ({value field, or None for the bare value: numeric array} for the aggregation's inputs) or ``values`` (the
+    record values). Null keys and values, invalid timestamps and late records are dropped and counted as the
+    record path does. Returns False after falling back to the record path."""
+    plan = proc._plan
+    n = len(keys)
+    if values is None:
+        if fields is None:
+            raise ValueError("process_columns needs fields or values")
+        values = _values_from_fields(fields, n)
+
+    def fallback() -> bool:
+        _record_path(proc, list(zip(keys, values, timestamps)))
+        return False
+
+    if plan is None:
+        return fallback()
     td, grace = proc.td, proc.grace
-    st = proc.observed_stream_time
-    groups: dict[Hashable, tuple[list[int], list[int], list[Any]]] = {}
-    drops: list[tuple[int, DropReason, int]] = []
-    for i, (key, value, ts) in enumerate(records):
-        if key is None or value is None:
-            drops.append((i, DropReason.NULL_KEY if key is None else DropReason.NULL_VALUE, st))
+    karr = np.empty(n, dtype=object)
+    karr[:] = list(keys)
+    null_key = np.equal(karr, None)
+    varr = np.empty(n, dtype=object)
+    varr[:] = list(values)
+    null_value = np.equal(varr, None)
+    ts, bad_ts = _timestamps(timestamps)
+    if (ts >= _MAX_TS).any():
+        return fallback()
+    invalid = null_key | null_value | bad_ts
+    valid_ts = np.where(invalid, -1, ts)
+    st_run = np.maximum.accumulate(np.maximum(valid_ts, proc.observed_stream_time)) if n else valid_ts
+    close = st_run - grace
+    late = ~invalid & (ts + td < close)
+    if (~invalid & ~late & (ts < close)).any():  # partially late (R22b): only the record path is exact
+        return fallback()
+    accepted = ~invalid & ~late
+    acc_idx = np.flatnonzero(accepted)
+
+    # factorize keys (first-appearance order)
+    acc_keys = karr[acc_idx].tolist()
+    batch_keys = list(dict.fromkeys(acc_keys))
+    ids = {k: i for i, k in enumerate(batch_keys)}
+    key_id = np.fromiter(map(ids.__getitem__, acc_keys), _I64, len(acc_keys))
+
+    parts_new = []
+    for kind, field in plan:
+        if kind == "count":
+            parts_new.append(None)
             continue
-        if type(ts) is not int:
-            if isinstance(ts, int) and not isinstance(ts, bool):
-                ts = int(ts)
-            else:
-                drops.append((i, DropReason.INVALID_TIMESTAMP, st))
-                continue
-        if ts < 0:
-            drops.append((i, DropReason.INVALID_TIMESTAMP, st))
-            continue
-        if ts > st:
-            st = ts
-        close = st - grace
-        if ts + td < close:
-            drops.append((i, DropReason.LATE, st))
-            continue
-        if ts < close:  # partially late (R22b): only the record path is exact
-            _record_path(proc, records)
-            return False
-        g = groups.get(key)
-        if g is None:
-            g = groups[key] = ([], [], [])
-        g[0].append(i)
-        g[1].append(ts)
-        g[2].append(value)
+        if fields is not None and field in fields:
+            col = np.asarray(fields[field])[acc_idx]
+            col = _column(col.tolist(), kind) if col.dtype == object else col
+            if col is not None and col.dtype.kind == "f" and (kind in ("sum", "mean") or np.isnan(col).any()):
+                col = None
+            if col is not None and col.dtype.kind in "iu":
+                col = col.astype(_I64, copy=False)
+                if len(col) and int(np.abs(col).max()) * max(len(col), 1) >= _LIMIT:
+                    col = None
+        else:
+            try:
+                col = _column([varr[i] if field is None else varr[i][field] for i in acc_idx], kind)
+            except (KeyError, TypeError, IndexError):
+                col = None
+        if col is None:
+            return fallback()
+        parts_new.append(col)
 
     # prepare every key before changing anything, so a fallback leaves no trace
     store = proc.store
     composite = isinstance(proc.aggregation, Composite)
-    prepared = []
-    for key, (idx, tss, vals) in groups.items():
+    kws = []
+    acc_ts = ts[acc_idx]
+    for k, key in enumerate(batch_keys):
         kw = store.keys.get(key)
         if kw is None:
             kw = store._load(key)
             if kw is None:
                 kw = store.keys[key] = _new_kw()
         if not _columnize(kw, plan, composite):
-            _record_path(proc, records)
-            return False
-        nparts = []
-        for kind, field in plan:
-            if kind == "count":
-                nparts.append(None)
-                continue
-            try:
-                col = _column(vals if field is None else [v[field] for v in vals], kind)
-            except (KeyError, TypeError, IndexError):
-                col = None
-            if col is None or (len(kw.raw_ts) and col.dtype != _raw_dtype(kw, len(nparts))):
-                _record_path(proc, records)
-                return False
-            nparts.append(col)
-        nts = np.fromiter(tss, _I64, len(tss))
-        if key in proc.flagged_keys and not _consistent_with_r3(td, plan, kw, nts):
-            _record_path(proc, records)
-            return False
-        prepared.append((key, kw, np.fromiter(idx, _I64, len(idx)), nts, nparts))
+            return fallback()
+        for i, p in enumerate(parts_new):
+            if p is not None and len(kw.raw_ts) and kw.raw_cols[i].dtype != p.dtype:
+                return fallback()
+        if key in proc.flagged_keys and not _consistent_with_r3(td, plan, kw, acc_ts[key_id == k]):
+            return fallback()
+        kws.append(kw)
 
     # commit
     stats = proc.stats
-    stats.records += len(records)
-    proc.observed_stream_time = st
-    for i, reason, drop_st in drops:
-        key, value, ts = records[i]
-        if reason is DropReason.LATE:
-            stats.dropped_late += 1
-        elif reason is DropReason.INVALID_TIMESTAMP:
-            stats.dropped_invalid_timestamp += 1
-        else:
-            stats.dropped_null += 1
-        proc._drop(key, value, ts, reason, drop_st)
+    stats.records += n
+    if n:
+        proc.observed_stream_time = int(st_run[-1])
+    reason_of = np.zeros(n, np.int8)  # 0 kept; 1 null key; 2 null value; 3 invalid timestamp; 4 late
+    reason_of[late] = 4
+    reason_of[bad_ts] = 3
+    reason_of[null_value] = 2
+    reason_of[null_key] = 1
+    counts_by = np.bincount(reason_of, minlength=5)
+    stats.dropped_null += int(counts_by[1] + counts_by[2])
+    stats.dropped_invalid_timestamp += int(counts_by[3])
+    stats.dropped_late += int(counts_by[4])
+    if proc.collect_drops:
+        reasons = (None, DropReason.NULL_KEY, DropReason.NULL_VALUE, DropReason.INVALID_TIMESTAMP, DropReason.LATE)
+        for i in np.flatnonzero(reason_of).tolist():  # arrival order, like the record path
+            # invalid records do not advance stream time, so st_run[i] is the stream time at the drop
+            proc._drop(keys[i], values[i], timestamps[i], reasons[reason_of[i]], int(st_run[i]))
+    stats.accepted += len(acc_idx)
+    if not len(acc_idx):
+        return True
 
-    chunks = []
-    for key_id, (key, kw, nidx, nts, nparts) in enumerate(prepared):
-        stats.accepted += len(nidx)
-        lw, cat, pos, starts, max_ts, counts, parts, created = _key_kernel(td, plan, kw, nidx, nts, nparts)
-        stats.windows_created += created
-        stats.windows_updated += len(starts) - created
-        store._size += created
-        if len(starts):
+    lw, cat, pos, kid, start, max_ts, counts, parts, created = _kernel(
+        td, plan, kws, key_id, acc_idx.astype(_I64), acc_ts, parts_new, n
+    )
+    stats.windows_created += created
+    stats.windows_updated += len(start) - created
+    store._size += created
+    if len(start):
+        top = int(start.max())
+        if top > store.store_time:
+            store.store_time = top
+    kms = store.key_max_start
+    for key, kw in zip(batch_keys, kws):
+        if len(kw.cols):
             top = int(kw.cols.starts[-1])
-            if top > store.key_max_start.get(key, -1):
-                store.key_max_start[key] = top
-            top = int(starts.max())
-            if top > store.store_time:
-                store.store_time = top
-        chunks.append((np.full(len(starts), key_id, _I64), lw, cat, pos, starts, max_ts, counts, parts))
-    store.dirty.update(groups)
+            if top > kms.get(key, -1):
+                kms[key] = top
+    store.dirty.update(batch_keys)
 
     bound = store.purge_bound()
-    for _key, kw, *_ in prepared:
-        n = _trim(kw, bound)
-        store.expired += n
-        store._size -= n
+    for kw in kws:
+        m = _trim(kw, bound)
+        store.expired += m
+        store._size -= m
 
-    if chunks:
-        key_ids = np.concatenate([c[0] for c in chunks])
-        order = np.lexsort(
-            (np.concatenate([c[3] for c in chunks]), np.concatenate([c[2] for c in chunks]),
-             np.concatenate([c[1] for c in chunks]))
-        )
-        seg = {
-            "keys": [p[0] for p in prepared],
-            "key_id": key_ids[order],
-            "start": np.concatenate([c[4] for c in chunks])[order],
-            "ts": np.concatenate([c[5] for c in chunks])[order],
-            "count": np.concatenate([c[6] for c in chunks])[order],
-            "parts": [
-                None if kind == "count" else np.concatenate([c[7][i] for c in chunks])[order]
-                for i, (kind, _f) in enumerate(plan)
-            ],
-        }
-        if proc._dirty:  # keep the last-write order across record-path writes and this batch
-            proc._segments.append(("dict", proc._dirty))
-            proc._dirty = {}
-        proc._segments.append(("cols", seg))
+    order = np.lexsort((pos, cat, lw))
+    seg = {
+        "keys": batch_keys,
+        "key_id": kid[order],
+        "start": start[order],
+        "ts": max_ts[order],
+        "count": counts[order],
+        "parts": [None if p is None else p[order] for p in parts],
+    }
+    if proc._dirty:  # keep the last-write order across record-path writes and this batch
+        proc._segments.append(("dict", proc._dirty))
+        proc._dirty = {}
+    proc._segments.append(("cols", seg))
     return True
 
 
-def _raw_dtype(kw: "KeyWindows", part: int) -> Any:
-    return kw.raw_cols[part].dtype
+def _values_from_fields(fields: dict[str | None, Any], n: int) -> list[Any]:
+    if None in fields:
+        return np.asarray(fields[None]).tolist()
+    names = list(fields)
+    cols = [np.asarray(fields[f]).tolist() for f in names]
+    return [dict(zip(names, row)) for row in zip(*cols)] if names else [1] * n
 
 
 def _new_kw() -> "KeyWindows":

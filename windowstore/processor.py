@@ -174,6 +174,19 @@ class SlidingWindowProcessor:
 
         return process_batch(self, records)
 
+    def process_columns(
+        self,
+        keys: "Sequence[Hashable]",
+        timestamps: Any,
+        fields: "dict[str | None, Any] | None" = None,
+        values: "Sequence[Any] | None" = None,
+    ) -> bool:
+        """Columnar :meth:`process_batch`: ``keys``, int ``timestamps`` and either ``fields`` ({value field, or
+        None for the bare value: numeric array}) or the record ``values``. Same results as :meth:`process`."""
+        from .batch import process_columns
+
+        return process_columns(self, keys, timestamps, fields, values)
+
     def flush(self) -> list[WindowUpdate]:
         """Update mode: the last value of every window written since the previous flush, ordered by last
         write (Kafka Streams' record cache flush, R21). Other modes: nothing."""
