@@ -2,8 +2,8 @@
 
 A case is a plain dict (the oracle's batch format, see oracle.py)::
 
-    {"id": ..., "time_difference_ms": D, "grace_ms": G, "aggregation": "collect", "emit": "every|update|close",
-     "input": [{"key": str|None, "value": Any|None, "ts": int}, ...], "profile": "..."}
+    {"id": ..., "time_difference_ms": D, "grace_ms": G, "retention_ms": None|R, "aggregation": "collect",
+     "emit": "every|update|close", "input": [{"key": str|None, "value": Any|None, "ts": int}, ...], "profile": "..."}
 
 ``generate_case(seed)`` is a pure function of its arguments (``random.Random(seed)``); any integer seed works, so
 the seed space is unbounded. Each case picks a *profile* that aims at one area of SEMANTICS.md:
@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable
 
 PROFILES = ("in_order", "out_of_order", "early", "duplicates", "late", "grace0", "mixed")
 EMITS = ("every", "update", "close")
-AGGREGATIONS = ("collect", "count", "sum", "min", "max")
+AGGREGATIONS = ("collect", "count", "sum", "min", "max", "mean")
 KEYS = ("A", "B", "C", "D")
 
 
@@ -96,9 +96,14 @@ def _value(rng: random.Random, aggregation: str, index: int) -> Any:
     if aggregation == "count":
         return rng.choice([index, "x", 1.5, True])
     # numeric aggregations: mostly small ints (exact), sometimes floats
-    if rng.random() < 0.85:
+    r = rng.random()
+    if r < 0.75:
         return rng.randint(-50, 50)
-    return rng.randint(-400, 400) / 8.0  # exactly representable: sums are order-independent
+    if r < 0.85:
+        return rng.randint(-400, 400) / 8.0  # exactly representable: sums are order-independent
+    if r < 0.97:
+        return round(rng.uniform(-100, 100), rng.randint(1, 6))  # rounding depends on the summation order
+    return rng.choice([2**53 + 1, -(2**60), 10**20, 1e16, 3])  # beyond double precision / huge ints
 
 
 def _timestamps(rng: random.Random, profile: str, td: int, grace: int, n: int, base: int) -> list[int]:
@@ -176,6 +181,10 @@ def generate_case(seed: int, *, emit: str | None = None, aggregation: str | None
         n = min(n, max_records)
     base = 0 if (profile == "early" or rng.random() < 0.4) else rng.choice([td, td + 1, 100, 1000, rng.randint(0, 10**6)])
     ts = _timestamps(rng, profile, td, grace, n, base)
+    # store retention: mostly Kafka's default 2*td+grace (None); sometimes longer (R24/R25/R29 edges move)
+    retention = None
+    if rng.random() < 0.15:
+        retention = 2 * td + grace + rng.choice([0, 1, 2, td, rng.randint(0, 10 * td + 10), 10**9])
 
     nkeys = 1 if profile != "mixed" and rng.random() < 0.45 else rng.randint(1, 4)
     keys = list(KEYS[:nkeys])
@@ -196,6 +205,7 @@ def generate_case(seed: int, *, emit: str | None = None, aggregation: str | None
         "profile": profile,
         "time_difference_ms": td,
         "grace_ms": grace,
+        "retention_ms": retention,
         "aggregation": aggregation,
         "emit": emit,
         "input": records,
@@ -278,8 +288,10 @@ def shrink(case: dict, fails: Callable[[dict], bool], *, max_steps: int = 2000) 
                 if 0 <= g < c["grace_ms"]:
                     yield dict(c, grace_ms=g)
             for d in sorted({1, c["time_difference_ms"] // 2, c["time_difference_ms"] - 1}):
-                if 0 <= d < c["time_difference_ms"]:
+                if 1 <= d < c["time_difference_ms"]:
                     yield dict(c, time_difference_ms=d)
+            if c.get("retention_ms") is not None:
+                yield dict(c, retention_ms=None)
             # shift timestamps towards 0 (keeps relative order; changes early-ness)
             if recs:
                 lo = min(r["ts"] for r in recs)
@@ -305,7 +317,8 @@ def describe(case: dict) -> str:
         f"{r['key'] if r['key'] is not None else 'null'}@{r['ts']}={'null' if r['value'] is None else r['value']!r}"
         for r in case["input"]
     )
-    return (f"td={case['time_difference_ms']} grace={case['grace_ms']} emit={case['emit']} "
+    ret = f" retention={case['retention_ms']}" if case.get("retention_ms") is not None else ""
+    return (f"td={case['time_difference_ms']} grace={case['grace_ms']}{ret} emit={case['emit']} "
             f"agg={case['aggregation']}: {recs}")
 
 

@@ -11,7 +11,8 @@ Python API::
     with OracleSession() as s:            # one long-lived JVM, one case at a time (shrinking)
         res = s.run(case)
 
-A case is ``{"id", "time_difference_ms", "grace_ms", "aggregation", "emit", "input": [{"key","value","ts"}]}``;
+A case is ``{"id", "time_difference_ms", "grace_ms", "aggregation", "emit", "input": [{"key","value","ts"}]}``
+(optional ``"retention_ms"``: the store retention, ``Materialized.withRetention``; default 2*td+grace);
 a result is ``{"id", "updates": [{"key","window_start","window_end","value","ts","input_index"}], "records",
 "dropped_records_total"}`` or ``{"id", "error", "stack"}``.
 
@@ -165,20 +166,22 @@ def ensure_built(*, force: bool = False, quiet: bool = True) -> OracleBuild:
 
 
 def _case_line(case: dict) -> str:
-    keys = ("id", "time_difference_ms", "grace_ms", "aggregation", "emit", "input")
+    keys = ("id", "time_difference_ms", "grace_ms", "retention_ms", "aggregation", "emit", "input")
     return json.dumps({k: case[k] for k in keys if k in case}, separators=(",", ":"))
 
 
 def run_batch(cases: Iterable[dict], *, threads: int = 2, timeout: float | None = None,
-              build: OracleBuild | None = None, stats: dict | None = None) -> list[dict]:
+              build: OracleBuild | None = None, stats: dict | None = None,
+              java_opts: Sequence[str] | None = None) -> list[dict]:
     """Run many cases in one JVM; returns one result per case, in order. ``stats`` (if given) receives the
-    oracle's own timing line (``batch_cases``, ``seconds``, ``cases_per_second``)."""
+    oracle's own timing line (``batch_cases``, ``seconds``, ``cases_per_second``). ``java_opts`` replaces the
+    default JVM options."""
     cases = list(cases)
     if not cases:
         return []
     build = build or ensure_built()
     payload = "".join(_case_line(dict(c, id=i)) + "\n" for i, c in enumerate(cases))
-    proc = subprocess.run(build.command("--batch", "--threads", str(threads)), input=payload,
+    proc = subprocess.run(build.command("--batch", "--threads", str(threads), java_opts=java_opts), input=payload,
                           capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise OracleError(f"oracle exited with {proc.returncode}:\n{proc.stderr[-4000:]}")

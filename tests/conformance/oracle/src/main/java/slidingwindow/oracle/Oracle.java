@@ -71,12 +71,14 @@ import java.util.stream.Stream;
  *
  * <p>Modes:
  * <ul>
- *   <li>single case: {@code --time-difference-ms D --grace-ms G --aggregation A --emit M [--with-index]};
+ *   <li>single case: {@code --time-difference-ms D --grace-ms G --aggregation A --emit M [--retention-ms R]
+ *   [--with-index]};
  *   stdin = JSON lines {@code {"key": str|null, "value": any|null, "ts": int}}; stdout = one JSON line per emitted
  *   record {@code {"key","window_start","window_end","value","ts"}}; stderr = one summary JSON line
  *   {@code {"records": N, "dropped_records_total": X}}.</li>
  *   <li>batch: {@code --batch [--threads N]}; stdin = JSON lines, one case each:
- *   {@code {"id":..., "time_difference_ms":D, "grace_ms":G, "aggregation":A, "emit":M, "input":[...]}};
+ *   {@code {"id":..., "time_difference_ms":D, "grace_ms":G, "aggregation":A, "emit":M, "input":[...]}}
+ *   (optional {@code "retention_ms"}: {@code Materialized.withRetention}, default 2*td+grace);
  *   stdout = one JSON line per case, in input order:
  *   {@code {"id":..., "updates":[{... , "input_index": i}], "records":N, "dropped_records_total":X}} or
  *   {@code {"id":..., "error": "..."}}. {@code input_index} = index of the input record whose processing (and the
@@ -117,6 +119,7 @@ public final class Oracle {
         String idJson = "null";  // raw JSON text of the id
         long td = -1;
         long grace = -1;
+        Long retention;  // null = Kafka's default (2 * td + grace)
         String aggregation;
         String emit;
         List<InRec> input = new ArrayList<>();
@@ -304,6 +307,9 @@ public final class Oracle {
         Materialized<String, String, WindowStore<Bytes, byte[]>> materialized =
             Materialized.<String, String, WindowStore<Bytes, byte[]>>with(Serdes.String(), Serdes.String())
                 .withLoggingDisabled();  // the changelog is never read here; it would only cost time and memory
+        if (c.retention != null) {
+            materialized = materialized.withRetention(Duration.ofMillis(c.retention));
+        }
         switch (emit) {
             case "every":
                 materialized = materialized.withCachingDisabled();
@@ -463,6 +469,9 @@ public final class Oracle {
                     case "grace_ms":
                         c.grace = p.getLongValue();
                         break;
+                    case "retention_ms":
+                        c.retention = p.currentToken() == JsonToken.VALUE_NULL ? null : p.getLongValue();
+                        break;
                     case "aggregation":
                         c.aggregation = p.getText();
                         break;
@@ -592,7 +601,7 @@ public final class Oracle {
         System.err.println("error: " + msg);
         System.err.println("usage: Oracle --batch [--threads N]");
         System.err.println("       Oracle --time-difference-ms D --grace-ms G --aggregation collect|count|sum|min|max|mean"
-            + " --emit every|update|close [--with-index]   (records as JSON lines on stdin)");
+            + " --emit every|update|close [--retention-ms R] [--with-index]   (records as JSON lines on stdin)");
         System.exit(2);
     }
 
@@ -615,6 +624,7 @@ public final class Oracle {
                 case "--grace-ms":
                 case "--aggregation":
                 case "--emit":
+                case "--retention-ms":
                     if (i + 1 >= args.length) {
                         usage("missing value for " + a);
                     }
@@ -631,6 +641,9 @@ public final class Oracle {
                             break;
                         case "--aggregation":
                             single.aggregation = v;
+                            break;
+                        case "--retention-ms":
+                            single.retention = Long.parseLong(v);
                             break;
                         default:
                             single.emit = v;
