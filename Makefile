@@ -42,3 +42,9 @@ broker-start: venv
 
 broker-stop: venv
 	$(PY) -m connectors.local_broker stop
+
+# The demo: local broker + payments producer + the service + a live view, until Ctrl-C (state in var/demo;
+# DEMO_ARGS=--fresh starts over, DEMO_ARGS="--rate 500" produces faster).
+DEMO_ARGS ?=
+demo: venv jars
+	$(PY) -m service.demo $(DEMO_ARGS)

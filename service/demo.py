@@ -1,0 +1,234 @@
+"""``make demo``: a local broker, a payments producer, the service, and a live view until Ctrl-C.
+
+1. starts the local Kafka broker (``connectors.local_broker``, data in ``var/demo/kafka``) unless
+   ``--bootstrap-servers`` points at a running one;
+2. creates the ``payments`` topic (3 partitions);
+3. produces payments per account at a steady rate, with event times that are sometimes out of order (inside the
+   grace period), sometimes late (beyond it), and a few malformed records;
+4. runs ``python -m service run`` (JSON changelog, 10 s windows, 5 s grace, emit update; log in
+   ``var/demo/service.log``);
+5. prints every few seconds: events in, window updates out, late and dead-lettered records, consumer lag and a
+   few recent window updates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parent.parent
+TOPIC = "payments"
+OUT, LATE, DLQ = "payments-windows", "payments-late", "payments-dlq"
+TD_MS, GRACE_MS = 10_000, 5_000
+
+
+class Producer(threading.Thread):
+    """Payments for ``accounts`` accounts at ``rate`` events/s (event time = wall clock, with disorder)."""
+
+    def __init__(self, bootstrap: str, rate: float, accounts: int, seed: int = 1) -> None:
+        super().__init__(name="demo-producer", daemon=True)
+        from confluent_kafka import Producer as KafkaProducer
+
+        self.producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+        self.rate = rate
+        self.accounts = accounts
+        self.rnd = random.Random(seed)
+        self.stop_event = threading.Event()
+        self.sent = {"events": 0, "out_of_order": 0, "late": 0, "malformed": 0}
+
+    def one(self) -> tuple[bytes | None, bytes, int]:
+        rnd = self.rnd
+        now = int(time.time() * 1000)
+        account = f"acct-{rnd.randrange(self.accounts):03d}"
+        ts = now
+        r = rnd.random()
+        if r < 0.05:
+            ts = now - rnd.randint(500, GRACE_MS)  # out of order, inside the grace period
+            self.sent["out_of_order"] += 1
+        elif r < 0.07:
+            ts = now - rnd.randint(TD_MS + GRACE_MS + 2_000, 3 * TD_MS)  # too late for any window
+            self.sent["late"] += 1
+        elif r < 0.08:
+            self.sent["malformed"] += 1
+            bad = rnd.choice([b"\xff not json", b'{"amount": "12.50"}', b'{"currency": "EUR"}'])
+            return account.encode(), bad, ts
+        value = {"account": account, "amount": rnd.choice([5, 10, 20, 50, 100, 250]) + rnd.randint(0, 99),
+                 "currency": "EUR"}
+        return account.encode(), json.dumps(value).encode(), ts
+
+    def run(self) -> None:
+        interval = 1.0 / self.rate
+        next_t = time.monotonic()
+        while not self.stop_event.is_set():
+            key, value, ts = self.one()
+            self.producer.produce(TOPIC, key=key, value=value, timestamp=ts)
+            self.sent["events"] += 1
+            self.producer.poll(0)
+            next_t += interval
+            delay = next_t - time.monotonic()
+            if delay > 0:
+                self.stop_event.wait(delay)
+        self.producer.flush(10)
+
+
+class OutputWatcher(threading.Thread):
+    """Counts records on the output topics and keeps the latest window updates."""
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__(name="demo-watcher", daemon=True)
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"demo-watch-{os.getpid()}",
+                                  "auto.offset.reset": "latest", "enable.auto.commit": False})
+        self.consumer.subscribe([OUT, LATE, DLQ])
+        self.counts = {OUT: 0, LATE: 0, DLQ: 0}
+        self.recent: deque[dict[str, Any]] = deque(maxlen=4)
+        self.dlq_reasons: dict[str, int] = {}
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            for m in self.consumer.consume(500, timeout=0.5):
+                if m.error():
+                    continue
+                self.counts[m.topic()] = self.counts.get(m.topic(), 0) + 1
+                if m.topic() == OUT:
+                    try:
+                        self.recent.append(json.loads(m.value()))
+                    except ValueError:
+                        pass
+                elif m.topic() == DLQ:
+                    reason = dict(m.headers() or []).get("error", b"?").decode()
+                    self.dlq_reasons[reason] = self.dlq_reasons.get(reason, 0) + 1
+        self.consumer.close()
+
+
+def _lag(bootstrap: str, checkpoint: Path) -> int | None:
+    """Input end offsets minus the offsets of the last committed micro-batch."""
+    from connectors.admin import end_offsets
+
+    commits = checkpoint / "commits"
+    ids = sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit()) if commits.exists() else []
+    if not ids:
+        return None
+    committed: dict[int, int] = {}
+    for line in (checkpoint / "offsets" / str(ids[-1])).read_text().splitlines()[2:]:
+        if line.startswith("{"):
+            committed.update({int(p): int(o) for p, o in json.loads(line).get(TOPIC, {}).items()})
+    ends = end_offsets({"bootstrap.servers": bootstrap}, [TOPIC])
+    return sum(max(0, hi - committed.get(p, 0)) for (_t, p), hi in ends.items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m service.demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bootstrap-servers", default="", help="use this broker instead of starting one")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("DEMO_KAFKA_PORT", "19092")),
+                        help="port of the demo broker (default 19092)")
+    parser.add_argument("--rate", type=float, default=200.0, help="events per second (default 200)")
+    parser.add_argument("--accounts", type=int, default=50)
+    parser.add_argument("--fresh", action="store_true", help="delete var/demo first (new topics and state)")
+    parser.add_argument("--refresh", type=float, default=3.0, help="seconds between status lines")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+
+    var = ROOT / "var" / "demo"
+    if args.fresh and var.exists():
+        shutil.rmtree(var)
+    var.mkdir(parents=True, exist_ok=True)
+    broker = None
+    bootstrap = args.bootstrap_servers
+    if not bootstrap:
+        from connectors.local_broker import LocalKafkaBroker
+
+        print(f"starting the local Kafka broker on port {args.port} (data in {var / 'kafka'}) ...", flush=True)
+        broker = LocalKafkaBroker(args.port, data_dir=var / "kafka")
+        broker.start()
+        bootstrap = broker.bootstrap_servers
+    from connectors.admin import TopicSpec, ensure_topics
+
+    ensure_topics({"bootstrap.servers": bootstrap}, [TopicSpec(TOPIC, 3)])
+    checkpoint = var / "checkpoint"
+    log_path = var / "service.log"
+    cmd = [sys.executable, "-m", "service", "run",
+           "--bootstrap-servers", bootstrap, "--input-topics", TOPIC, "--changelog-topic", OUT,
+           "--late-topic", LATE, "--dead-letter-topic", DLQ, "--changelog-format", "json",
+           "--changelog-key-format", "json", "--aggregations", "count,sum:amount,max:amount",
+           "--time-difference", f"{TD_MS}ms", "--grace", f"{GRACE_MS}ms", "--emit", "update",
+           "--trigger-interval", "2s", "--checkpoint-dir", str(checkpoint), "--state-partitions", "2",
+           "--metrics-port", os.environ.get("DEMO_METRICS_PORT", "9108")]  # fmt: skip
+    print("starting the service:", " ".join(cmd[1:]), f"\n  (log: {log_path})", flush=True)
+    log = open(log_path, "ab")
+    service = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    producer = Producer(bootstrap, args.rate, args.accounts)
+    watcher = OutputWatcher(bootstrap)
+    producer.start()
+    watcher.start()
+    print(f"producing ~{args.rate:.0f} payments/s for {args.accounts} accounts to '{TOPIC}'; "
+          f"windows: {TD_MS // 1000}s sliding, grace {GRACE_MS // 1000}s. Ctrl-C to stop.\n", flush=True)
+
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    t0 = time.monotonic()
+    last = (0, 0, t0)
+    rc = 0
+    try:
+        while not stop.wait(args.refresh):
+            if service.poll() is not None:
+                print(f"the service exited with {service.returncode}; see {log_path}", flush=True)
+                rc = 1
+                break
+            now = time.monotonic()
+            sent, out = producer.sent["events"], watcher.counts[OUT]
+            rate_in = (sent - last[0]) / (now - last[2])
+            rate_out = (out - last[1]) / (now - last[2])
+            last = (sent, out, now)
+            try:
+                lag = _lag(bootstrap, checkpoint)
+            except Exception:
+                lag = None
+            state = "starting Spark ..." if lag is None else f"lag {lag}"
+            print(f"[{now - t0:6.0f}s] events in {sent} ({rate_in:.0f}/s; {producer.sent['out_of_order']} out of "
+                  f"order, {producer.sent['late']} late, {producer.sent['malformed']} malformed) | window updates "
+                  f"out {out} ({rate_out:.0f}/s) | late topic {watcher.counts[LATE]} | dead letters "
+                  f"{watcher.counts[DLQ]} {watcher.dlq_reasons or ''} | {state}", flush=True)
+            for u in list(watcher.recent)[-2:]:
+                print(f"           {u['key']} [{u['window_start']}..{u['window_end']}] "
+                      f"count={u['aggregates'].get('count')} sum={u['aggregates'].get('sum_amount')} "
+                      f"max={u['aggregates'].get('max_amount')}", flush=True)
+    finally:
+        print("\nstopping ...", flush=True)
+        producer.stop_event.set()
+        watcher.stop_event.set()
+        producer.join(15)
+        watcher.join(5)
+        if service.poll() is None:
+            service.send_signal(signal.SIGTERM)
+            try:
+                service.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(service.pid, signal.SIGKILL)
+        log.close()
+        if broker is not None:
+            broker.stop()
+        print("stopped (state kept in var/demo: run `make demo` again to resume, or DEMO_ARGS=--fresh).",
+              flush=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
