@@ -248,22 +248,26 @@ class SlidingWindowProcessor:
         if t < close:
             self.flagged_keys.add(key)
 
-    def _emit_every(self, key: Hashable, start: int, acc: Any, ts: int, count: int) -> None:
+    def _emit_every(self, key: Hashable, start: int, entry: list) -> None:
         """Forward every put (R18, uncached)."""
         finish = self._finish
+        acc = entry[0]
         self._out.append(  # type: ignore[union-attr]
-            _new_update(WindowUpdate, (key, start, start + self.td, acc if finish is None else finish(acc), ts, count))
+            _new_update(
+                WindowUpdate, (key, start, start + self.td, acc if finish is None else finish(acc), entry[1], entry[2])
+            )
         )
         self.stats.updates_emitted += 1
 
-    def _emit_update(self, key: Hashable, start: int, acc: Any, ts: int, count: int) -> None:
-        """Record cache: keep the last put per window, ordered by last put (R21)."""
+    def _emit_update(self, key: Hashable, start: int, entry: list) -> None:
+        """Record cache: keep the last put per window, ordered by last put (R21). The cache holds the window's
+        own entry: every later put mutates it and moves it to the end, so it always reads as the last put."""
         dirty = self._dirty
         k = (key, start)
         dirty.pop(k, None)
-        dirty[k] = (acc, ts, count)
+        dirty[k] = entry
 
-    def _emit_none(self, key: Hashable, start: int, acc: Any, ts: int, count: int) -> None:
+    def _emit_none(self, key: Hashable, start: int, entry: list) -> None:
         """Emit-on-close forwards nothing per put (R26)."""
 
     def _create(self, key: Hashable, kw: Any, start: int, acc: Any, ts: int, count: int) -> None:
@@ -277,8 +281,10 @@ class SlidingWindowProcessor:
             entry[0] = acc
             entry[1] = ts
             entry[2] = count
-        elif start >= store.read_bound():  # below it Kafka's store keeps it invisible forever
-            kw.entries[start] = [acc, ts, count]
+        elif start < store.read_bound():  # Kafka's store keeps it invisible forever: forward only
+            entry = [acc, ts, count]
+        else:
+            entry = kw.entries[start] = [acc, ts, count]
             starts = kw.starts
             if not starts or start > starts[-1]:
                 starts.append(start)
@@ -288,7 +294,7 @@ class SlidingWindowProcessor:
             store._size += 1
             if self.emit is EmitMode.CLOSE:
                 heapq.heappush(self._pending_close, (start, key_bytes(key), key))
-        self._emit(key, start, acc, ts, count)
+        self._emit(key, start, entry)
 
     def _add_new(self, key: Hashable, kw: Any, start: int, base: Any, base_count: int, value: Any, t: int, close: int) -> None:
         """``updateWindowAndForward`` for a window being created: ``base + value`` unless closed (R13)."""
@@ -339,12 +345,12 @@ class SlidingWindowProcessor:
                 else:
                     left_created = True
                 if end >= close:  # updateWindowAndForward (R13)
-                    acc = e[0] = accumulate(e[0], value, key)
+                    e[0] = accumulate(e[0], value, key)
                     if t > old_ts:
                         e[1] = t
                     e[2] += 1
                     updated += 1
-                    emit(key, s, acc, e[1], e[2])
+                    emit(key, s, e)
                 else:
                     skipped += 1
                 if end == t:
@@ -406,12 +412,12 @@ class SlidingWindowProcessor:
             elif s <= t:
                 right_agg = (e[0], e[1], e[2])
                 if s + td >= close:
-                    acc = e[0] = accumulate(e[0], value, key)
+                    e[0] = accumulate(e[0], value, key)
                     if t > e[1]:
                         e[1] = t
                     e[2] += 1
                     self.stats.windows_updated += 1
-                    self._emit(key, s, acc, e[1], e[2])
+                    self._emit(key, s, e)
                 else:
                     self.stats.skipped_windows += 1
             else:  # s == t + 1
@@ -427,11 +433,11 @@ class SlidingWindowProcessor:
             self._add_new(key, kw, 0, self.aggregation.create(), 0, value, t, close)
         elif td >= close:
             e = entries[0]
-            acc = e[0] = accumulate(combined[0], value, key)
+            e[0] = accumulate(combined[0], value, key)
             e[1] = combined[1] if combined[1] > t else t
             e[2] = combined[2] + 1
             self.stats.windows_updated += 1
-            self._emit(key, 0, acc, e[1], e[2])
+            self._emit(key, 0, e)
         else:
             self.stats.skipped_windows += 1
 
