@@ -18,7 +18,8 @@ the seed space is unbounded. Each case picks a *profile* that aims at one area o
 - ``mixed``           everything at once, several keys
 
 Other draws cover: td 1..20 mostly, sometimes 21..500 / up to 5000 (never 0: Kafka throws); grace 0, small, ~td, or huge;
-1-4 keys per case (one task, shared stream time, R7); occasional null keys/values (R6); timestamps starting at 0 or
+1-4 keys per case (one task, shared stream time, R7; sometimes odd keys: empty, prefixes, non-ASCII); occasional
+null keys/values (R6); timestamps starting at 0 or
 far from 0. Values identify their record (the input index) for ``collect``; numeric otherwise.
 
 ``shrink(case, fails)`` removes records (delta debugging, then one at a time), then tries to simplify keys, values,
@@ -35,6 +36,7 @@ PROFILES = ("in_order", "out_of_order", "early", "duplicates", "late", "grace0",
 EMITS = ("every", "update", "close")
 AGGREGATIONS = ("collect", "count", "sum", "min", "max", "mean")
 KEYS = ("A", "B", "C", "D")
+ODD_KEYS = ("", "A", "AB", "a", "B", "\u00e9", "\u65e5\u672c", "A\u0000", "\U0001f600", "~")
 
 
 def _pick_td(rng: random.Random) -> int:
@@ -188,6 +190,9 @@ def generate_case(seed: int, *, emit: str | None = None, aggregation: str | None
 
     nkeys = 1 if profile != "mixed" and rng.random() < 0.45 else rng.randint(1, 4)
     keys = list(KEYS[:nkeys])
+    if nkeys > 1 and rng.random() < 0.1:
+        # emit-on-close orders each round by (window start, key BYTES): prefixes, case, non-ASCII, empty key
+        keys = rng.sample(ODD_KEYS, nkeys)
     null_rate = 0.05 if rng.random() < 0.2 else 0.0
     records = []
     for i, t in enumerate(ts):

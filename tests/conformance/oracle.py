@@ -182,7 +182,7 @@ def run_batch(cases: Iterable[dict], *, threads: int = 2, timeout: float | None 
     build = build or ensure_built()
     payload = "".join(_case_line(dict(c, id=i)) + "\n" for i, c in enumerate(cases))
     proc = subprocess.run(build.command("--batch", "--threads", str(threads), java_opts=java_opts), input=payload,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, encoding="utf-8", timeout=timeout)
     if proc.returncode != 0:
         raise OracleError(f"oracle exited with {proc.returncode}:\n{proc.stderr[-4000:]}")
     lines = proc.stdout.splitlines()
@@ -224,7 +224,8 @@ class OracleSession:
 
     def _start(self) -> None:
         self._proc = subprocess.Popen(self._build.command("--batch", "--threads", "1"), stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, encoding="utf-8",
+                                      bufsize=1)
 
     def run(self, case: dict) -> dict:
         if self._proc is None or self._proc.poll() is not None:

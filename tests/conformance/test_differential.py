@@ -54,6 +54,13 @@ def test_engine_matches_kafka_streams(emit: str, oracle_run: tuple[list[dict], l
                       + diff.summarize(mism, len(pairs)))
 
 
+def test_engine_matches_kafka_streams_on_pinned_cases() -> None:
+    """SEMANTICS.md's worked examples (R15-R31) and emit-on-close key order, in every emit mode."""
+    _require_engine()
+    mism = diff.differential(diff.PINNED_CASES, shrink_limit=0)
+    assert not mism, diff.summarize(mism, len(diff.PINNED_CASES))
+
+
 def test_harness_detects_and_shrinks_a_broken_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     """The comparison is not vacuous: an engine that swaps the last two updates of an `every` run (or drops the
     dropped-records count of a `close` run) is caught, and the failing case is shrunk to a small one."""
