@@ -196,15 +196,111 @@ class ChangelogEncoder:
 
     def encode(self, updates: Sequence[Any], emit_time: int) -> tuple[list[bytes], list[bytes]]:
         """``(keys, values)`` for a list of ``WindowUpdate(key, start, end, value, ts, count)``."""
-        keys = []
-        values = []
-        kf = self.key
-        vf = self.value
-        for u in updates:
-            k, s, e, v, ts, n = u
-            keys.append(kf(k, s, e))
-            values.append(vf(k, s, e, v, ts, n, emit_time))
-        return keys, values
+        if not updates:
+            return [], []
+        names = self._names
+        if self._single:
+            values = {names[0]: [u[3] for u in updates]}
+        else:
+            values = {n: [u[3][n] for u in updates] for n in names}
+        cols = {
+            "key": [u[0] for u in updates],
+            "start": [u[1] for u in updates],
+            "end": [u[2] for u in updates],
+            "ts": [u[4] for u in updates],
+            "count": [u[5] for u in updates],
+            "values": values,
+        }
+        return self.encode_columns(cols, emit_time)
+
+    def encode_columns(self, cols: dict[str, Any], emit_time: int) -> tuple[list[bytes], list[bytes]]:
+        """``(keys, values)`` for columns ``key`` (list), ``start``, ``end``, ``ts``, ``count`` (lists or int64
+        arrays) and ``values`` {aggregation output name: list or array} (see ``flush_columns``)."""
+        keys = cols["key"]
+        if not len(keys):
+            return [], []
+        starts = _tolist(cols["start"])
+        ends = _tolist(cols["end"])
+        tss = _tolist(cols["ts"])
+        counts = _tolist(cols["count"])
+        aggs = [_tolist(cols["values"][n]) for n in self._names]
+        kfmt = self.spec.key_format
+        if kfmt == "windowed":
+            pack = _START.pack
+            kcache: dict[str, bytes] = {}
+            out_keys = []
+            for k, s in zip(keys, starts):
+                kb = kcache.get(k)
+                if kb is None:
+                    kb = kcache[k] = k.encode("utf-8")
+                out_keys.append(kb + pack(s))
+        elif kfmt == "json":
+            jk = _json_strings(keys)
+            out_keys = [('{"key":%s,"window_start":%d,"window_end":%d}' % (k, s, e)).encode("utf-8")
+                        for k, s, e in zip(jk, starts, ends)]
+        elif kfmt == "string":
+            out_keys = [f"{k}|{s}|{e}".encode("utf-8") for k, s, e in zip(keys, starts, ends)]
+        else:
+            out_keys = [self.key(k, s, e) for k, s, e in zip(keys, starts, ends)]
+
+        if self.spec.value_format == "json":
+            jk = _json_strings(keys)
+            head = '{"key":%s,"window_start":%d,"window_end":%d,"record_count":%d,"max_timestamp":%d,' \
+                   f'"emit_time":{int(emit_time)},"aggregates":{{'
+            agg_json = [_json_values(a) for a in aggs]
+            labels = [json.dumps(n) + ":" for n in self._names]
+            if len(labels) == 1:
+                lab = labels[0]
+                out_values = [(head % (k, s, e, c, t) + lab + a + "}}").encode("utf-8")
+                              for k, s, e, c, t, a in zip(jk, starts, ends, counts, tss, agg_json[0])]
+            else:
+                rows = zip(*agg_json)
+                out_values = [(head % (k, s, e, c, t) + ",".join(lb + a for lb, a in zip(labels, row)) + "}}")
+                              .encode("utf-8")
+                              for k, s, e, c, t, row in zip(jk, starts, ends, counts, tss, rows)]
+        else:
+            names = self._names
+            out_values = []
+            vf = self.value
+            for i, (k, s, e, c, t) in enumerate(zip(keys, starts, ends, counts, tss)):
+                if self._single:
+                    v = aggs[0][i]
+                else:
+                    v = {n: a[i] for n, a in zip(names, aggs)}
+                out_values.append(vf(k, s, e, v, t, c, emit_time))
+        return out_keys, out_values
+
+
+def _tolist(col: Any) -> list:
+    return col.tolist() if hasattr(col, "tolist") else list(col)
+
+
+def _json_strings(keys: Sequence[str]) -> list[str]:
+    cache: dict[str, str] = {}
+    out = []
+    for k in keys:
+        j = cache.get(k)
+        if j is None:
+            j = cache[k] = json.dumps(k, ensure_ascii=False)
+        out.append(j)
+    return out
+
+
+def _json_values(values: Sequence[Any]) -> list[str]:
+    """JSON text of each value: ints via str, everything else via json.dumps (NaN/Infinity as json does)."""
+    out = []
+    dumps = json.dumps
+    for v in values:
+        if type(v) is int:
+            out.append(str(v))
+        elif type(v) is float and v == v and v not in (_INF, -_INF):
+            out.append(repr(v))
+        else:
+            out.append(dumps(v, separators=(",", ":"), ensure_ascii=False, default=_json_default))
+    return out
+
+
+_INF = float("inf")
 
 
 def _json_default(o: Any) -> Any:

@@ -4,8 +4,8 @@ Plan (one streaming query)::
 
     kafka source (topic, partition, offset, key, value, timestamp)
       -> groupBy(topic, partition).transformWithStateInPandas(WindowTaskProcessor)   one task = one input partition
-           state: ValueState "meta" (task meta: stream time, emit progress, expiry index, counters)
-                  MapState  "windows" (aggregation key -> that key's windows as one blob)
+           state: ValueState "task" (task meta: stream time, emit progress, expiry index; cache token; buckets)
+                  MapState  "buckets" (bucket -> {aggregation key: that key's windows as one blob})
            output rows: kind (changelog | late | dlq | stats), topic, key, value, headers, s_* counters
       -> observe("slidingwindow", sums of the s_* counters)        counts reach the driver's query progress
       -> where kind != 'stats' -> kafka sink (topic column routes each row)
@@ -63,6 +63,8 @@ def task_config(settings: Any, key_schema_id: int | None = None, value_schema_id
         changelog_topic=settings.changelog_topic,
         late_topic=settings.late_topic,
         dead_letter_topic=settings.dead_letter_topic,
+        state_buckets=settings.state_buckets,
+        state_cache=settings.state_cache,
     )
 
 
@@ -84,28 +86,28 @@ except ImportError:  # pragma: no cover - pyspark is part of the service extra
 
 
 class _SparkTaskState(TaskState):
-    """:class:`TaskState` over the processor's ValueState ("meta") and MapState ("windows")."""
+    """:class:`TaskState` over the processor's ValueState ("task") and MapState ("buckets")."""
 
-    def __init__(self, meta_state: Any, windows_state: Any) -> None:
-        self._meta = meta_state
-        self._windows = windows_state
+    def __init__(self, task_state: Any, buckets_state: Any) -> None:
+        self._task = task_state
+        self._buckets = buckets_state
 
-    def get_meta(self) -> bytes | None:
-        row = self._meta.get()
+    def get_task(self) -> tuple[bytes, str, int] | None:
+        row = self._task.get()
+        return None if row is None else (bytes(row[0]), str(row[1]), int(row[2]))
+
+    def set_task(self, meta: bytes, token: str, buckets: int) -> None:
+        self._task.update((meta, token, buckets))
+
+    def get_bucket(self, bucket: int) -> bytes | None:
+        row = self._buckets.getValue((bucket,))
         return None if row is None else bytes(row[0])
 
-    def set_meta(self, meta: bytes) -> None:
-        self._meta.update((meta,))
+    def put_bucket(self, bucket: int, data: bytes) -> None:
+        self._buckets.updateValue((bucket,), (data,))
 
-    def get_key(self, key: str) -> bytes | None:
-        row = self._windows.getValue((key,))
-        return None if row is None else bytes(row[0])
-
-    def put_key(self, key: str, blob: bytes) -> None:
-        self._windows.updateValue((key,), (blob,))
-
-    def delete_key(self, key: str) -> None:
-        self._windows.removeKey((key,))
+    def delete_bucket(self, bucket: int) -> None:
+        self._buckets.removeKey((bucket,))
 
 
 class WindowTaskProcessor(_StatefulProcessorBase):  # type: ignore[misc,valid-type]
@@ -115,8 +117,8 @@ class WindowTaskProcessor(_StatefulProcessorBase):  # type: ignore[misc,valid-ty
         self.config = config
 
     def init(self, handle: Any) -> None:
-        self.meta_state = handle.getValueState("meta", "meta binary")
-        self.windows_state = handle.getMapState("windows", "k string", "blob binary")
+        self.task_state = handle.getValueState("task", "meta binary, token string, buckets int")
+        self.buckets_state = handle.getMapState("buckets", "b int", "data binary")
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
         import pandas as pd
@@ -133,7 +135,7 @@ class WindowTaskProcessor(_StatefulProcessorBase):  # type: ignore[misc,valid-ty
 
         out = process_task_batch(
             _runner(self.config),
-            _SparkTaskState(self.meta_state, self.windows_state),
+            _SparkTaskState(self.task_state, self.buckets_state),
             topic,
             partition,
             offsets.tolist(),

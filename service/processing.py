@@ -14,7 +14,10 @@ Rows are plain Python lists so the Spark adapter (:mod:`service.job`) can turn t
 from __future__ import annotations
 
 import logging
+import pickle
 import time
+import uuid
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +28,7 @@ from connectors.output import ChangelogEncoder, ChangelogSpec
 from connectors.serde import InputDecoder, InputSpec
 from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations
 
-__all__ = ["TaskConfig", "TaskStats", "TaskOutput", "TaskRunner", "TaskState", "DictTaskState", "process_task_batch",
+__all__ = ["TaskConfig", "TaskStats", "TaskOutput", "TaskRunner", "TaskState", "DictTaskState", "process_task_batch", "bucket_of",
            "OUTPUT_KINDS", "STATS_FIELDS"]
 
 logger = logging.getLogger(__name__)
@@ -43,14 +46,18 @@ STATS_FIELDS = (
     "windows_updated",
     "skipped_windows",  # closed windows a partially-late record skipped (R13)
     "windows_expired",
-    "state_keys_loaded",
+    "state_cache_hit",  # 1 when the worker's cached processor was valid (no state reads)
+    "state_buckets_loaded",
+    "state_buckets_written",
+    "state_buckets_deleted",
     "state_keys_written",
-    "state_keys_deleted",
     "stream_time",  # the task's stream time after the batch (-1: none yet)
     "max_offset",  # largest input offset in the batch
     "lateness_ms_sum",  # sum over accepted + late records of stream_time - ts (>= 0)
     "lateness_ms_max",
-    "process_ns",  # time spent in the Python task (decode + process + encode)
+    "process_ns",  # time spent in the Python task (decode + process + encode + state calls)
+    "state_read_ns",  # of which reading state (task meta + key blob state calls)
+    "state_write_ns",  # of which exporting and writing state
 )
 
 
@@ -68,6 +75,8 @@ class TaskConfig:
     late_topic: str  # "" -> late records are only counted
     dead_letter_topic: str
     batch: bool = True  # let the processor take windowstore's batch fast path where it applies (update mode)
+    state_buckets: int = 256  # key buckets per task for NEW state (existing state keeps its own number)
+    state_cache: bool = True  # keep the processor in the Python worker between micro-batches (token-checked)
 
     @property
     def windows(self) -> SlidingWindows:
@@ -157,11 +166,12 @@ class TaskRunner:
 
         st0 = proc.observed_stream_time
         records = [(k, v, t) for _i, k, v, t in good]
+        columns = None
+        updates: list[Any] = []
         if getattr(proc, "batch", False):
             proc.process_batch(records)  # identical results, batch fast path when it applies
-            updates: list[Any] = proc.flush()
+            columns = proc.flush_columns()
         else:
-            updates = []
             process = proc.process
             for k, v, t in records:
                 r = process(k, v, t)
@@ -202,7 +212,10 @@ class TaskRunner:
                     ("timestamp", _b(d.ts)),
                     ("stream_time", _b(d.stream_time)),
                 ])
-        ckeys, cvalues = self.encoder.encode(updates, emit_time)
+        if columns is not None:
+            ckeys, cvalues = self.encoder.encode_columns(columns, emit_time)
+        else:
+            ckeys, cvalues = self.encoder.encode(updates, emit_time)
         ctopic = cfg.changelog_topic
         for k, v in zip(ckeys, cvalues):
             out.add("changelog", ctopic, k, v, None)
@@ -210,7 +223,7 @@ class TaskRunner:
         stats["aggregated"] = len(good) - len(late_rows)
         stats["late"] = len(late_rows)
         stats["dead_lettered"] = len(bad)
-        stats["changelog"] = len(updates)
+        stats["changelog"] = len(ckeys)
         stats["windows_created"] = ps.windows_created - created0
         stats["windows_updated"] = ps.windows_updated - updated0
         stats["skipped_windows"] = ps.skipped_windows - skipped0
@@ -223,22 +236,29 @@ class TaskRunner:
 
 
 class TaskState:
-    """Where a task's state lives between micro-batches: the task meta and one blob per aggregation key.
-    :mod:`service.job` implements it over Spark's ValueState/MapState; :class:`DictTaskState` in memory."""
+    """Where a task's state lives between micro-batches (:mod:`service.job`: Spark's ValueState + MapState;
+    :class:`DictTaskState`: memory).
 
-    def get_meta(self) -> bytes | None:
+    * the **task record**: ``(meta, token, buckets)`` - the processor's task meta (``export_meta``), a token that
+      changes with every write (validates worker-side caches), and the number of key buckets (fixed per task);
+    * **buckets**: the aggregation keys' window blobs (``export_keys``), grouped into ``buckets`` buckets by a
+      stable hash of the key, one state entry per bucket. A state call is a JVM round trip (DESIGN.md), so a
+      micro-batch that touches many keys costs ``buckets`` calls at most instead of one per key.
+    """
+
+    def get_task(self) -> tuple[bytes, str, int] | None:
         raise NotImplementedError
 
-    def set_meta(self, meta: bytes) -> None:
+    def set_task(self, meta: bytes, token: str, buckets: int) -> None:
         raise NotImplementedError
 
-    def get_key(self, key: str) -> bytes | None:
+    def get_bucket(self, bucket: int) -> bytes | None:
         raise NotImplementedError
 
-    def put_key(self, key: str, blob: bytes) -> None:
+    def put_bucket(self, bucket: int, data: bytes) -> None:
         raise NotImplementedError
 
-    def delete_key(self, key: str) -> None:
+    def delete_bucket(self, bucket: int) -> None:
         raise NotImplementedError
 
 
@@ -246,23 +266,56 @@ class DictTaskState(TaskState):
     """In-memory :class:`TaskState` (tests, replay tools)."""
 
     def __init__(self) -> None:
-        self.meta: bytes | None = None
-        self.keys: dict[str, bytes] = {}
+        self.task: tuple[bytes, str, int] | None = None
+        self.buckets: dict[int, bytes] = {}
+        self.calls = 0
 
-    def get_meta(self) -> bytes | None:
-        return self.meta
+    def get_task(self) -> tuple[bytes, str, int] | None:
+        self.calls += 1
+        return self.task
 
-    def set_meta(self, meta: bytes) -> None:
-        self.meta = meta
+    def set_task(self, meta: bytes, token: str, buckets: int) -> None:
+        self.calls += 1
+        self.task = (meta, token, buckets)
 
-    def get_key(self, key: str) -> bytes | None:
-        return self.keys.get(key)
+    def get_bucket(self, bucket: int) -> bytes | None:
+        self.calls += 1
+        return self.buckets.get(bucket)
 
-    def put_key(self, key: str, blob: bytes) -> None:
-        self.keys[key] = blob
+    def put_bucket(self, bucket: int, data: bytes) -> None:
+        self.calls += 1
+        self.buckets[bucket] = data
 
-    def delete_key(self, key: str) -> None:
-        self.keys.pop(key, None)
+    def delete_bucket(self, bucket: int) -> None:
+        self.calls += 1
+        self.buckets.pop(bucket, None)
+
+
+def bucket_of(key: str, buckets: int) -> int:
+    """Stable bucket of an aggregation key (the same in every process and run)."""
+    return zlib.crc32(key.encode("utf-8")) % buckets
+
+
+def _decode_bucket(data: bytes | None) -> dict[str, bytes]:
+    return {} if data is None else pickle.loads(data)
+
+
+class _Cached:
+    """A task's processor kept in a Python worker between micro-batches, valid while ``token`` matches."""
+
+    __slots__ = ("token", "proc", "buckets")
+
+    def __init__(self, token: str, proc: SlidingWindowProcessor, buckets: dict[int, dict[str, bytes]]) -> None:
+        self.token = token
+        self.proc = proc
+        self.buckets = buckets
+
+
+#: worker-side cache: (task config, topic, partition) -> _Cached. Python workers are reused across micro-batches
+#: (spark.python.worker.reuse); an entry is used only if its token equals the token in the committed state, so a
+#: retried batch, a restart or another worker's write always falls back to the state store.
+_CACHE: dict[tuple[Any, str, int], _Cached] = {}
+CACHE_MAX_TASKS = 64
 
 
 def process_task_batch(
@@ -276,38 +329,88 @@ def process_task_batch(
     timestamps: Sequence[int | None],
     emit_time_ms: int | None = None,
 ) -> TaskOutput:
-    """One micro-batch of one task against external state: restore the processor (meta now, keys lazily),
-    process the records (offset order), expire, write back the changed keys and the meta."""
+    """One micro-batch of one task against external state: restore the processor (task meta now, key buckets
+    lazily - or the worker's cached processor when the state token matches), process the records (offset
+    order), expire, write back the changed buckets and the task record with a new token."""
     cfg = runner.config
+    buckets, use_cache = cfg.state_buckets, cfg.state_cache
     loaded = 0
+    read_ns = 0
+    t_start = time.perf_counter_ns()
+    task = state.get_task()
+    cache_key = (cfg, topic, partition)
+    cached = _CACHE.pop(cache_key, None)  # taken: a failure below leaves no half-updated entry behind
+    if task is not None:
+        meta, token, n_buckets = task
+    else:
+        meta, token, n_buckets = None, "", buckets
+    bucket_data: dict[int, dict[str, bytes]]
+    hit = cached is not None and use_cache and task is not None and cached.token == token
+    if hit:
+        proc = cached.proc  # type: ignore[union-attr]
+        bucket_data = cached.buckets  # type: ignore[union-attr]
+    else:
+        bucket_data = {}
 
-    def loader(k: Any) -> bytes | None:
-        nonlocal loaded
-        loaded += 1
-        return state.get_key(k)
+        def loader(k: Any) -> bytes | None:
+            nonlocal loaded, read_ns
+            t = time.perf_counter_ns()
+            b = bucket_of(k, n_buckets)
+            data = bucket_data.get(b)
+            if data is None:
+                loaded += 1
+                data = bucket_data[b] = _decode_bucket(state.get_bucket(b))
+            read_ns += time.perf_counter_ns() - t
+            return data.get(k)
 
-    proc = SlidingWindowProcessor.from_state(
-        cfg.windows, parse_aggregations(cfg.aggregations), cfg.emit, state.get_meta(), loader,
-        **cfg.processor_options(),
-    )
+        proc = SlidingWindowProcessor.from_state(
+            cfg.windows, parse_aggregations(cfg.aggregations), cfg.emit, meta, loader, **cfg.processor_options(),
+        )
+    read_ns += time.perf_counter_ns() - t_start
     out = runner.run(proc, topic, partition, offsets, keys, values, timestamps, emit_time_ms)
+
     t0 = time.perf_counter_ns()
+    read_before_write = read_ns
     expired_before = proc.store.expired
     proc.expire()
-    written = deleted = 0
+    changed: dict[int, dict[str, bytes | None]] = {}
     for k, blob in proc.export_keys(proc.dirty_keys()).items():
-        if blob is None:
-            state.delete_key(k)
-            deleted += 1
-        else:
-            state.put_key(k, blob)
+        changed.setdefault(bucket_of(k, n_buckets), {})[k] = blob
+    written = deleted = 0
+    for b, entries in changed.items():
+        data = bucket_data.get(b)
+        if data is None:  # a bucket no key was loaded from (new keys only): read before rewriting it
+            t = time.perf_counter_ns()
+            loaded += 1
+            data = bucket_data[b] = _decode_bucket(state.get_bucket(b))
+            read_ns += time.perf_counter_ns() - t
+        for k, blob in entries.items():
+            if blob is None:
+                data.pop(k, None)
+            else:
+                data[k] = blob
+        if data:
+            state.put_bucket(b, pickle.dumps(data, protocol=5))
             written += 1
+        else:
+            state.delete_bucket(b)
+            bucket_data.pop(b, None)
+            deleted += 1
     proc.clear_dirty_keys()
-    state.set_meta(proc.export_meta())
+    new_token = uuid.uuid4().hex
+    state.set_task(proc.export_meta(), new_token, n_buckets)
+    if use_cache:
+        if len(_CACHE) >= CACHE_MAX_TASKS:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[cache_key] = _Cached(new_token, proc, bucket_data)
     s = out.stats
     s["windows_expired"] += proc.store.expired - expired_before
-    s["state_keys_loaded"] = loaded
-    s["state_keys_written"] = written
-    s["state_keys_deleted"] = deleted
-    s["process_ns"] += time.perf_counter_ns() - t0
+    s["state_cache_hit"] = int(hit)
+    s["state_buckets_loaded"] = loaded
+    s["state_buckets_written"] = written
+    s["state_buckets_deleted"] = deleted
+    s["state_keys_written"] = sum(1 for e in changed.values() for v in e.values() if v is not None)
+    s["state_read_ns"] = read_ns
+    s["state_write_ns"] = time.perf_counter_ns() - t0 - (read_ns - read_before_write)
+    s["process_ns"] = time.perf_counter_ns() - t_start
     return out

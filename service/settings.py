@@ -237,6 +237,10 @@ class Settings:
                              "checkpoint directory (offsets + RocksDB state; reuse it to resume)", "DIR")
     state_partitions: int = _s(4, _int(1),
                                "stateful tasks (spark.sql.shuffle.partitions; frozen into the checkpoint)", "N")
+    state_buckets: int = _s(256, _int(1), "key buckets per task in the state store (one state entry each; "
+                            "fixed when a checkpoint is created)", "N")
+    state_cache: bool = _s(True, _bool, "keep each task's windows in the Python worker between micro-batches "
+                                        "(validated against the state store; false: always read the store)")
     app_name: str = _s("slidingwindow", _nonempty, "Spark application name", "NAME")
     spark_conf: tuple[tuple[str, str], ...] = _s((), _kafka_options, "extra Spark settings (k=v,k=v)", "K=V,...",
                                                  show=lambda v: ",".join(f"{k}={x}" for k, x in v))

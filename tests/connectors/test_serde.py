@@ -185,3 +185,22 @@ def test_avro_changelog_roundtrip(registry):
     assert rec["aggregates"] == value
     assert isinstance(rec["aggregates"]["sum_amount"], int)  # integers stay integers
     assert (rec["record_count"], rec["max_timestamp"], rec["emit_time"]) == (2, 7, 99)
+
+
+@pytest.mark.parametrize("key_format", ["json", "windowed", "string"])
+def test_fast_json_encoding_equals_json_dumps(key_format):
+    aggs = "count,sum:amount,mean:amount,max:amount,collect:note"
+    enc = ChangelogEncoder(ChangelogSpec(key_format, "json", aggs))
+    weird = ['plain', 'quo"te', "back\\slash", "ünïcödé", "tab\there", "emoji 🎉", "nul\x00"]
+    updates = []
+    for i, k in enumerate(weird):
+        value = {"count": i, "sum_amount": i * 1.5 if i % 2 else i, "mean_amount": None if i == 0 else i / 3,
+                 "max_amount": [float("nan"), float("inf"), -float("inf"), 1e300, -0.0, 7, 2**70][i],
+                 "collect_note": ["a", 1, None, 2.5][: i % 4]}
+        updates.append((k, i * 10, i * 10 + 5, value, 100 + i, i))
+    keys, values = enc.encode(updates, emit_time=42)
+    for (k, s, e, v, ts, n), kb, vb in zip(updates, keys, values):
+        assert vb == enc.value(k, s, e, v, ts, n, 42)  # byte-identical to json.dumps
+        assert kb == enc.key(k, s, e)
+        rec = json.loads(vb)
+        assert rec["key"] == k and rec["record_count"] == n and rec["emit_time"] == 42

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 from collections import Counter, defaultdict
+
+import pickle
 
 import pytest
 
@@ -16,13 +19,17 @@ from tests.service.events import payment_events, replay
 AGGS = "count,sum:amount,max:amount"
 
 
-def config(emit: str, td: int = 1000, grace: int = 300, batch: bool = True, **spec_kw) -> TaskConfig:
+def config(emit: str, td: int = 1000, grace: int = 300, batch: bool = True, buckets: int = 256, cache: bool = True,
+           **spec_kw) -> TaskConfig:
     return TaskConfig(td, grace, AGGS, emit, InputSpec(fields=aggregation_fields(AGGS), **spec_kw),
-                      ChangelogSpec("json", "json", AGGS), "out", "late", "dlq", batch=batch)
+                      ChangelogSpec("json", "json", AGGS), "out", "late", "dlq", batch=batch, state_buckets=buckets,
+                      state_cache=cache)
 
 
-def run_in_batches(cfg: TaskConfig, events, seed: int = 1):
-    """Feed each partition in random-sized micro-batches, state only in DictTaskState between them."""
+def run_in_batches(cfg: TaskConfig, events, seed: int = 1, fail_every: int = 0, states=None):
+    """Feed each partition in random-sized micro-batches, state only in DictTaskState (and the worker cache)
+    between them. ``fail_every``: every n-th batch is run, thrown away (state rolled back, as Spark does for
+    an uncommitted batch) and run again."""
     runner = TaskRunner(cfg)
     rnd = random.Random(seed)
     by_part = defaultdict(list)
@@ -32,14 +39,28 @@ def run_in_batches(cfg: TaskConfig, events, seed: int = 1):
     totals = Counter()
     for p, evs in sorted(by_part.items()):
         state = DictTaskState()
+        if states is not None:
+            states[p] = state
         i = 0
+        n = 0
         while i < len(evs):
             j = min(len(evs), i + rnd.randint(1, 300))
             chunk = evs[i:j]
-            out = process_task_batch(runner, state, "in", p, list(range(i, j)), [e.key for e in chunk],
-                                     [e.value for e in chunk], [e.timestamp for e in chunk], emit_time_ms=5)
+            args = ("in", p, list(range(i, j)), [e.key for e in chunk], [e.value for e in chunk],
+                    [e.timestamp for e in chunk])
+            n += 1
+            if fail_every and n % fail_every == 0:
+                saved = copy.deepcopy((state.task, state.buckets))
+                first = process_task_batch(runner, state, *args, emit_time_ms=5)
+                state.task, state.buckets = saved  # the batch never committed
+                out = process_task_batch(runner, state, *args, emit_time_ms=5)
+                assert (out.key, out.value) == (first.key, first.value)
+                assert out.stats["state_cache_hit"] == 0  # the stale cache entry was not used
+            else:
+                out = process_task_batch(runner, state, *args, emit_time_ms=5)
             for kind, key, value, headers in zip(out.kind, out.key, out.value, out.headers):
                 rows[kind].append((p, key, value, dict(headers or [])))
+            totals["batches"] += 1
             for name, v in out.stats.values.items():
                 if name not in ("stream_time", "max_offset", "lateness_ms_max", "process_ns"):
                     totals[name] += v
@@ -47,11 +68,15 @@ def run_in_batches(cfg: TaskConfig, events, seed: int = 1):
     return rows, totals
 
 
-@pytest.mark.parametrize("emit", ["update", "every", "close"])
-def test_task_batches_equal_windowstore_replay(emit):
+@pytest.mark.parametrize(
+    ("emit", "buckets", "cache", "fail_every"),
+    [("update", 256, True, 0), ("every", 256, True, 0), ("close", 256, True, 0), ("update", 3, False, 0),
+     ("update", 1, True, 3), ("every", 7, True, 2), ("close", 2, False, 4)],
+)
+def test_task_batches_equal_windowstore_replay(emit, buckets, cache, fail_every):
     events = payment_events(3000, seed=11)
     exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit=emit)
-    rows, totals = run_in_batches(config(emit), events)
+    rows, totals = run_in_batches(config(emit, buckets=buckets, cache=cache), events, fail_every=fail_every)
 
     # counts add up: every record aggregated, late or dead-lettered
     assert totals["records"] == len(events)
@@ -104,3 +129,33 @@ def test_record_path_and_batch_path_agree():
     b, _ = run_in_batches(config("update", batch=False), events)
     strip = lambda rows: [(p, k, json.loads(v) | {"emit_time": 0}) for p, k, v, _ in rows]  # noqa: E731
     assert strip(a["changelog"]) == strip(b["changelog"])
+
+
+def test_idle_keys_leave_the_state_store():
+    early = payment_events(300, keys=12, seed=21, bad_fraction=0, late_fraction=0)
+    late = payment_events(3000, keys=6, seed=22, bad_fraction=0, late_fraction=0,
+                          base_ts=early[-1].timestamp + 10_000)
+    events = early + [e for e in late if e.partition < 3]
+    states = {}
+    rows, _ = run_in_batches(config("update", buckets=4), events, states=states)
+    remaining = set()
+    for st in states.values():
+        for data in st.buckets.values():
+            remaining |= set(pickle.loads(data))
+    assert remaining and remaining <= {f"acct-{k}" for k in range(6)}
+    exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit="update")
+    final = {}
+    for _p, _k, value, _h in rows["changelog"]:
+        v = json.loads(value)
+        final[(v["key"], v["window_start"], v["window_end"])] = (v["aggregates"], v["record_count"],
+                                                                 v["max_timestamp"])
+    assert final == exp.final
+
+
+def test_state_calls_are_bounded_by_buckets():
+    events = payment_events(2000, keys=60, partitions=1, seed=9, bad_fraction=0)
+    states = {}
+    _, totals = run_in_batches(config("update", buckets=8, cache=False), events, states=states)
+    st = states[0]
+    # per batch: 1 task read + 1 task write + at most 8 bucket reads and 8 bucket writes
+    assert st.calls <= totals["batches"] * (2 + 16)

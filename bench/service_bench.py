@@ -1,0 +1,314 @@
+"""End-to-end benchmark of the service on this machine, next to Spark's built-in hopping-window aggregation.
+
+    .venv/bin/python bench/service_bench.py [--records 300000] [--keys 10000] [--event-rate 2000] ...
+
+1. starts a local Kafka broker (or uses ``--bootstrap-servers``) and produces a backlog of JSON payments:
+   ``--keys`` accounts, event time advancing at ``--event-rate`` events per second of event time (so each record
+   falls into ``60 * event_rate / keys`` sliding windows of its key), ``--ooo`` of them out of order inside the
+   grace period;
+2. **throughput** - drains the backlog with (a) the service's query (``service.job``, emit update, JSON) and
+   (b) Spark's built-in ``groupBy(window(ts, 60 s, --hop), key).agg(count, sum, max)`` with a watermark, both
+   writing to Kafka, both with ``maxOffsetsPerTrigger = --batch``; reports rows/s over the micro-batches after the
+   first (steady state) and overall;
+3. **latency** - produces live at ``--latency-rate`` events/s with event time = wall clock and runs each query
+   with ``--trigger``; latency of a changelog record = its Kafka timestamp (written by Spark's producer) minus the
+   largest event time in its window (the record that caused it); reports p50/p99.
+
+Prints a Markdown table (``--out FILE`` appends it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def produce_backlog(bootstrap, topic, n, keys, event_rate, grace_ms, ooo, seed=1, base=None):
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 10000,
+                  "queue.buffering.max.messages": 1000000})
+    rnd = random.Random(seed)
+    base = base or int(time.time() * 1000) - int(n / event_rate * 1000) - 600_000
+    for i in range(n):
+        ts = base + int(i * 1000 / event_rate)
+        if rnd.random() < ooo:
+            ts -= rnd.randint(1, grace_ms)
+        k = f"acct-{rnd.randrange(keys):05d}"
+        while True:
+            try:
+                p.produce(topic, key=k.encode(), value=b'{"amount": %d}' % rnd.randint(1, 1000), timestamp=ts)
+                break
+            except BufferError:
+                p.poll(0.1)
+        if i % 20000 == 0:
+            p.poll(0)
+    p.flush(120)
+
+
+class LiveProducer(threading.Thread):
+    def __init__(self, bootstrap, topic, rate, keys, grace_ms, ooo, seconds):
+        super().__init__(daemon=True)
+        from confluent_kafka import Producer
+
+        self.p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.topic, self.rate, self.keys, self.grace, self.ooo, self.seconds = topic, rate, keys, grace_ms, ooo, \
+            seconds
+        self.sent = 0
+        self.start_ms = None
+
+    def run(self):
+        rnd = random.Random(2)
+        t0 = time.monotonic()
+        self.start_ms = int(time.time() * 1000)
+        interval = 1.0 / self.rate
+        nxt = t0
+        while time.monotonic() - t0 < self.seconds:
+            ts = int(time.time() * 1000)
+            if rnd.random() < self.ooo:
+                ts -= rnd.randint(1, self.grace)
+            k = f"acct-{rnd.randrange(self.keys):05d}"
+            self.p.produce(self.topic, key=k.encode(), value=b'{"amount": %d}' % rnd.randint(1, 1000),
+                           timestamp=ts)
+            self.sent += 1
+            if self.sent % 100 == 0:
+                self.p.poll(0)
+            nxt += interval
+            d = nxt - time.monotonic()
+            if d > 0:
+                time.sleep(d)
+        self.p.flush(30)
+
+
+def builtin_query(spark, bootstrap, topic, out_topic, ckpt, td_ms, hop_ms, grace_ms, batch, trigger_ms):
+    from pyspark.sql import functions as F
+
+    src = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+           .option("subscribe", topic).option("startingOffsets", "earliest"))
+    if batch:
+        src = src.option("maxOffsetsPerTrigger", str(batch))
+    df = src.load().select(F.col("key").cast("string").alias("k"), F.col("timestamp").alias("ts"),
+                           F.get_json_object(F.col("value").cast("string"), "$.amount").cast("long").alias("amount"))
+    agg = (df.withWatermark("ts", f"{grace_ms} milliseconds")
+           .groupBy(F.window("ts", f"{td_ms} milliseconds", f"{hop_ms} milliseconds"), "k")
+           .agg(F.count("*").alias("count"), F.sum("amount").alias("sum_amount"), F.max("amount").alias("max_amount"),
+                F.max("ts").alias("max_ts")))
+    out = agg.select(
+        F.to_json(F.struct(F.col("k").alias("key"), F.col("window.start").alias("window_start"))).cast("binary")
+        .alias("key"),
+        F.to_json(F.struct(F.col("k").alias("key"), F.col("window.start").alias("window_start"),
+                           F.col("window.end").alias("window_end"), "count", "sum_amount", "max_amount",
+                           F.unix_millis("max_ts").alias("max_timestamp"))).cast("binary").alias("value"))
+    w = (out.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", out_topic)
+         .option("checkpointLocation", ckpt).outputMode("update"))
+    w = w.trigger(processingTime=f"{trigger_ms} milliseconds") if trigger_ms else w
+    return w.start()
+
+
+def service_query(spark, settings):
+    from service.job import start_query
+    from service.runner import prepare
+
+    return start_query(spark, settings, prepare(settings))
+
+
+def drain(query, total, timeout):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        done = sum(p.numInputRows for p in query.recentProgress)
+        if done >= total:
+            break
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+        time.sleep(1)
+    progs = [p for p in query.recentProgress if p.numInputRows]
+    query.stop()
+    rows = [p.numInputRows for p in progs]
+    durs = [p.durationMs.get("triggerExecution", 0) / 1000 for p in progs]
+    steady_rows, steady_s = sum(rows[1:]), sum(durs[1:])
+    return {
+        "batches": len(progs),
+        "rows": sum(rows),
+        "first_batch_s": durs[0] if durs else None,
+        "steady_rows_per_s": steady_rows / steady_s if steady_s else None,
+        "overall_rows_per_s": sum(rows) / sum(durs) if durs else None,
+        "batch_s_p50": statistics.median(durs[1:]) if len(durs) > 1 else None,
+        "batch_s_max": max(durs[1:]) if len(durs) > 1 else None,
+        "observed": [dict(p.observedMetrics["slidingwindow"].asDict()) for p in progs
+                     if "slidingwindow" in (p.observedMetrics or {})],
+    }
+
+
+def latencies(bootstrap, topic, since_ms):
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.monotonic_ns()}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    md = c.list_topics(topic, timeout=30).topics[topic]
+    ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in md.partitions}
+    c.assign([TopicPartition(topic, p, 0) for p in ends])
+    pos = {p: 0 for p in ends}
+    lat = []
+    while any(pos[p] < ends[p] for p in ends):
+        for m in c.consume(5000, timeout=2):
+            if m.error():
+                continue
+            pos[m.partition()] = m.offset() + 1
+            v = json.loads(m.value())
+            mt = v.get("max_timestamp")
+            if mt is not None and mt >= since_ms:
+                lat.append(m.timestamp()[1] - mt)
+    c.close()
+    lat.sort()
+    if not lat:
+        return {}
+    return {"n": len(lat), "p50_ms": lat[len(lat) // 2], "p99_ms": lat[int(len(lat) * 0.99)], "max_ms": lat[-1]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bootstrap-servers", default="")
+    ap.add_argument("--records", type=int, default=300_000)
+    ap.add_argument("--keys", type=int, default=10_000)
+    ap.add_argument("--event-rate", type=float, default=2000.0, help="events per second of event time")
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--td", type=int, default=60_000)
+    ap.add_argument("--hop", type=int, default=1_000, help="hop of the built-in hopping windows (ms)")
+    ap.add_argument("--grace", type=int, default=10_000)
+    ap.add_argument("--ooo", type=float, default=0.05)
+    ap.add_argument("--batch", type=int, default=50_000, help="maxOffsetsPerTrigger for the throughput runs")
+    ap.add_argument("--state-partitions", type=int, default=2)
+    ap.add_argument("--latency-rate", type=float, default=0.0, help="0: skip the latency runs")
+    ap.add_argument("--latency-seconds", type=float, default=90.0)
+    ap.add_argument("--trigger", type=int, default=0, help="trigger interval (ms) of the latency runs")
+    ap.add_argument("--skip-builtin", action="store_true")
+    ap.add_argument("--skip-service", action="store_true")
+    ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    from connectors.admin import TopicSpec, ensure_topics
+    from service.job import build_spark
+    from service.settings import Settings
+
+    work = Path(tempfile.mkdtemp(prefix="sw-bench-"))
+    broker = None
+    bootstrap = args.bootstrap_servers
+    if not bootstrap:
+        from connectors.local_broker import LocalKafkaBroker
+
+        broker = LocalKafkaBroker(0, data_dir=work / "kafka")
+        broker.start()
+        bootstrap = broker.bootstrap_servers
+    run = f"b{int(time.time())}"
+    topic = f"{run}-in"
+    ensure_topics({"bootstrap.servers": bootstrap}, [TopicSpec(topic, args.partitions, config={"retention.ms": "-1"})])
+    t = time.monotonic()
+    produce_backlog(bootstrap, topic, args.records, args.keys, args.event_rate, args.grace, args.ooo)
+    print(f"produced {args.records} records in {time.monotonic() - t:.1f}s", flush=True)
+
+    def settings(name, **kw):
+        base = dict(bootstrap_servers=bootstrap, input_topics=topic, changelog_topic=f"{run}-{name}-out",
+                    late_topic=f"{run}-{name}-late", dead_letter_topic=f"{run}-{name}-dlq", changelog_format="json",
+                    changelog_key_format="json", aggregations="count,sum:amount,max:amount", time_difference=args.td,
+                    grace=args.grace, emit="update", checkpoint_dir=str(work / f"ck-{name}"), metrics_port=0,
+                    state_partitions=args.state_partitions, trigger_interval=0, spark_master="local[*]",
+                    max_offsets_per_trigger=args.batch)
+        base.update(kw)
+        return Settings(**base)
+
+    s0 = settings("svc")
+    spark = build_spark(s0)
+    spark.sparkContext.setLogLevel("ERROR")
+    results = {}
+    if not args.skip_service:
+        q = service_query(spark, s0)
+        results["service"] = drain(q, args.records, args.timeout)
+        print("service:", {k: v for k, v in results["service"].items() if k != "observed"}, flush=True)
+        for o in results["service"]["observed"]:
+            print("  batch: records %(records)d out %(changelog)d python %(process_ns)s read %(state_read_ns)s "
+                  "write %(state_write_ns)s hit %(state_cache_hit)d buckets loaded %(state_buckets_loaded)d written "
+                  "%(state_buckets_written)d keys written %(state_keys_written)d" % {
+                      **o, **{k: f"{o[k] / 1e9:.2f}s" for k in ("process_ns", "state_read_ns", "state_write_ns")}},
+                  flush=True)
+    if not args.skip_builtin:
+        q = builtin_query(spark, bootstrap, topic, f"{run}-builtin-out", str(work / "ck-builtin"), args.td,
+                          args.hop, args.grace, args.batch, 0)
+        results["builtin"] = drain(q, args.records, args.timeout)
+        print("builtin:", {k: v for k, v in results["builtin"].items() if k != "observed"}, flush=True)
+
+    lat = {}
+    if args.latency_rate:
+        for name in ([] if args.skip_service else ["service"]) + ([] if args.skip_builtin else ["builtin"]):
+            ltopic = f"{run}-live-{name}"
+            ensure_topics({"bootstrap.servers": bootstrap}, [TopicSpec(ltopic, args.partitions)])
+            out_topic = f"{run}-live-{name}-out"
+            if name == "service":
+                s = settings("live", input_topics=ltopic, changelog_topic=out_topic, max_offsets_per_trigger=0,
+                             trigger_interval=args.trigger, checkpoint_dir=str(work / "ck-live-svc"))
+                q = service_query(spark, s)
+            else:
+                ensure_topics({"bootstrap.servers": bootstrap}, [TopicSpec(out_topic, args.partitions)])
+                q = builtin_query(spark, bootstrap, ltopic, out_topic, str(work / "ck-live-builtin"), args.td,
+                                  args.hop, args.grace, 0, args.trigger)
+            # let the first (compile + worker start) micro-batch pass before measuring
+            while not q.recentProgress:
+                time.sleep(0.5)
+            prod = LiveProducer(bootstrap, ltopic, args.latency_rate, args.keys, args.grace, args.ooo,
+                                args.latency_seconds)
+            prod.start()
+            prod.join()
+            time.sleep(10)
+            progs = [p for p in q.recentProgress if p.numInputRows]
+            q.stop()
+            lat[name] = latencies(bootstrap, out_topic, prod.start_ms + 15_000)
+            lat[name]["rate"] = args.latency_rate
+            lat[name]["batch_s_p50"] = statistics.median(
+                [p.durationMs.get("triggerExecution", 0) / 1000 for p in progs]) if progs else None
+            print(f"latency {name}:", lat[name], flush=True)
+    spark.stop()
+    if broker is not None:
+        broker.stop()
+    shutil.rmtree(work, ignore_errors=True)
+
+    lines = [
+        f"\n### {time.strftime('%Y-%m-%d %H:%M')} - {args.records} records, {args.keys} keys, event rate "
+        f"{args.event_rate:.0f}/s, td {args.td} ms, grace {args.grace} ms, {args.ooo:.0%} out of order, "
+        f"{args.partitions} input partitions, batch {args.batch}, {os.cpu_count()} cores\n",
+        "| query | steady rows/s | overall rows/s | first batch s | batch s p50 | batch s max | batches |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        lines.append(f"| {name} | {r['steady_rows_per_s'] or 0:.0f} | {r['overall_rows_per_s'] or 0:.0f} | "
+                     f"{r['first_batch_s'] or 0:.1f} | {r['batch_s_p50'] or 0:.2f} | {r['batch_s_max'] or 0:.2f} | "
+                     f"{r['batches']} |")
+    if lat:
+        lines += ["", "| query | live rate/s | latency p50 ms | p99 ms | max ms | batch s p50 |", "|---|---|---|---|---|---|"]
+        for name, r in lat.items():
+            lines.append(f"| {name} | {r.get('rate', 0):.0f} | {r.get('p50_ms')} | {r.get('p99_ms')} | "
+                         f"{r.get('max_ms')} | {r.get('batch_s_p50') or 0:.2f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
