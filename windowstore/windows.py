@@ -52,6 +52,10 @@ class SlidingWindows:
                 raise ConfigError(f"{name} must be an integer number of milliseconds, got {value!r}")
             if value < 0:
                 raise ConfigError(f"{name} must not be negative, got {value}")
+        if self.time_difference_ms == 0:
+            # Kafka Streams accepts 0 here but fails on the first record ("Window endMs must be greater than
+            # window startMs"): reject it where the user can see why.
+            raise ConfigError("time_difference_ms must be at least 1 ms (a window [t, t] is not a sliding window)")
         if self.retention_ms is not None:
             r = self.retention_ms
             if isinstance(r, bool) or not isinstance(r, int):

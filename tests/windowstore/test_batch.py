@@ -39,7 +39,7 @@ def store_contents(proc):
 
 @st.composite
 def cases(draw):
-    td = draw(st.integers(0, 12))
+    td = draw(st.integers(1, 12))
     grace = draw(st.integers(0, 30))
     n = draw(st.integers(1, 50))
     recs = [

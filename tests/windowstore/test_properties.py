@@ -20,7 +20,7 @@ keys = st.sampled_from(["a", "b", "c"])
 
 @st.composite
 def streams(draw, max_ts: int = 120, max_len: int = 40):
-    td = draw(st.integers(min_value=0, max_value=15))
+    td = draw(st.integers(min_value=1, max_value=15))
     grace = draw(st.integers(min_value=0, max_value=40))
     n = draw(st.integers(min_value=1, max_value=max_len))
     recs = [
