@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: venv test test-unit demo clean bench broker-start broker-stop jars
+.PHONY: venv test test-unit demo clean bench broker-start broker-stop jars prometheus
 
 # Installs the project with every extra into .venv. pip caches the pyspark wheel it builds from the
 # sdist (~/.cache/pip), so only the first install on a machine pays for it.
@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-test: venv
+test: venv prometheus
 	$(PY) -m pytest -q
 
 test-unit: venv
@@ -25,6 +25,11 @@ test-unit: venv
 
 bench: venv
 	$(PY) bench/windowstore_bench.py
+
+# Prometheus + promtool from the distribution's packages when missing (the deploy tests run promtool and a
+# throwaway Prometheus on a loopback port; no daemon is left running by the install).
+prometheus:
+	@command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || bash deploy/prometheus/install-promtool.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -246,6 +246,10 @@ def observed_columns():
     for name in STATS_FIELDS:
         agg = F.max if name in ("stream_time", "lateness_ms_max", "max_offset") else F.sum
         cols.append(F.coalesce(agg(f"s_{name}"), F.lit(0)).cast("long").alias(name))
+    # per-task absolute values (one stats row per task: a short list) for the per-task gauges in service.metrics
+    cols.append(F.collect_list(F.when(F.col("kind") == "stats", F.struct(
+        F.col("task_topic").alias("topic"), F.col("task_partition").alias("partition"),
+        F.col("s_state_windows").alias("windows")))).alias("tasks"))
     return cols
 
 

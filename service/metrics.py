@@ -1,77 +1,243 @@
-"""Prometheus metrics of the service (the one module that defines them; issue 4 extends it).
+"""Prometheus metrics of the service: the ONE module that defines them all (names, help, labels, buckets).
 
-Counts are computed in Spark's Python workers and reach the driver through the query's observed metrics
-(``observe("slidingwindow", ...)``, see :mod:`service.job`); :func:`record_progress` turns one query progress
-into metric updates. Labels are low-cardinality only (topic, reason, kind) - never a record key.
+Counts and histograms are computed in Spark's Python workers (per task and micro-batch, ``s_*`` columns of the
+"stats" rows, see :data:`service.processing.STATS_FIELDS`) and reach the driver through the query's observed
+metrics (``observe("slidingwindow", ...)``, :mod:`service.job`); :func:`record_progress` turns one query progress
+into metric updates. Consumer lag comes from the progress' end offsets against the broker's end offsets
+(:class:`LagPoller`, confluent-kafka). Labels are low-cardinality only (topic, partition, reason, kind) - never a
+record key.
+
+Histograms whose observations happen in workers arrive as bucket counts: :class:`BulkHistogram` is a histogram
+that accepts per-bucket counts and a sum (exposed exactly like a ``prometheus_client`` Histogram).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import platform
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
-__all__ = ["REGISTRY", "record_progress", "serve", "METRICS"]
+__all__ = ["REGISTRY", "METRICS", "record_progress", "serve", "set_build_info", "LagPoller", "BulkHistogram",
+           "LATENESS_BUCKETS_MS", "LATENCY_BUCKETS_MS", "PREFIX"]
 
 logger = logging.getLogger(__name__)
 
 REGISTRY = CollectorRegistry(auto_describe=True)
-P = "slidingwindow_"
+PREFIX = P = "slidingwindow_"
 
+#: record lateness (stream time - record timestamp) bucket bounds, ms (workers count per bucket)
+LATENESS_BUCKETS_MS: tuple[int, ...] = (0, 10, 100, 500, 1_000, 5_000, 30_000, 60_000, 300_000, 3_600_000)
+#: end-to-end latency (emit time - record timestamp) bucket bounds, ms
+LATENCY_BUCKETS_MS: tuple[int, ...] = (50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000,
+                                       3_600_000)
+
+#: dropped-record reasons (label values of records_dropped_total)
+DROP_REASONS = ("late", "deserialization", "invalid")
+
+
+class BulkHistogram(Collector):
+    """A histogram fed with bucket counts (observations made elsewhere, e.g. in Spark workers)."""
+
+    def __init__(self, name: str, documentation: str, bounds_seconds: Sequence[float],
+                 registry: CollectorRegistry | None = None) -> None:
+        self._name = name
+        self._doc = documentation
+        self.bounds = tuple(float(b) for b in bounds_seconds)
+        self._counts = [0] * (len(self.bounds) + 1)
+        self._sum = 0.0
+        self._lock = threading.Lock()
+        if registry is not None:
+            registry.register(self)
+
+    def add(self, counts: Sequence[int], total: float) -> None:
+        """Add per-bucket counts (NOT cumulative; ``len(bounds) + 1`` values, the last is +Inf) and their sum."""
+        if len(counts) != len(self._counts):
+            raise ValueError(f"{self._name}: {len(counts)} bucket counts for {len(self._counts)} buckets")
+        with self._lock:
+            for i, c in enumerate(counts):
+                self._counts[i] += int(c)
+            self._sum += float(total)
+
+    def snapshot(self) -> tuple[list[int], float]:
+        with self._lock:
+            return list(self._counts), self._sum
+
+    def describe(self) -> Iterable[HistogramMetricFamily]:
+        yield HistogramMetricFamily(self._name, self._doc)
+
+    def collect(self) -> Iterable[HistogramMetricFamily]:
+        counts, total = self.snapshot()
+        buckets, acc = [], 0
+        for b, c in zip([*(floatToGoString(b) for b in self.bounds), "+Inf"], counts):
+            acc += c
+            buckets.append((b, acc))
+        yield HistogramMetricFamily(self._name, self._doc, buckets=buckets, sum_value=total)
+
+
+# -------------------------------------------------------------------------------------------------- the metrics
+build_info = Gauge(P + "build_info", "Build information (always 1)", ["version", "pyspark", "python"],
+                   registry=REGISTRY)
 records_consumed = Counter(P + "records_consumed_total", "Input records read from Kafka", registry=REGISTRY)
 records_aggregated = Counter(P + "records_aggregated_total", "Input records accepted into windows", registry=REGISTRY)
-records_dropped = Counter(P + "records_dropped_total", "Input records not aggregated, by reason",
+records_dropped = Counter(P + "records_dropped_total",
+                          "Input records not aggregated, by reason (late; dead-lettered: deserialization, invalid)",
                           ["reason"], registry=REGISTRY)
-records_produced = Counter(P + "records_produced_total", "Records written to output topics, by kind",
-                           ["kind"], registry=REGISTRY)
+records_dead_lettered = Counter(P + "records_dead_lettered_total", "Input records written to the dead-letter topic",
+                                registry=REGISTRY)
+records_produced = Counter(P + "records_produced_total", "Records written to output topics, by kind "
+                           "(changelog, late, dead_letter)", ["kind"], registry=REGISTRY)
 windows_created = Counter(P + "windows_created_total", "Windows created", registry=REGISTRY)
 windows_updated = Counter(P + "windows_updated_total", "Existing windows updated", registry=REGISTRY)
 windows_expired = Counter(P + "windows_expired_total", "Windows removed by retention", registry=REGISTRY)
 windows_skipped = Counter(P + "skipped_windows_total", "Closed windows a partially-late record skipped (R13)",
                           registry=REGISTRY)
+record_lateness = BulkHistogram(P + "record_lateness_seconds",
+                                "Record lateness: task stream time - record timestamp, per input record",
+                                [b / 1000 for b in LATENESS_BUCKETS_MS], registry=REGISTRY)
+e2e_latency = BulkHistogram(P + "end_to_end_latency_seconds",
+                            "Record timestamp to the emit time of the micro-batch that aggregated it",
+                            [b / 1000 for b in LATENCY_BUCKETS_MS], registry=REGISTRY)
 batch_duration = Histogram(P + "micro_batch_duration_seconds", "Micro-batch wall time",
-                           buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64), registry=REGISTRY)
-stream_time = Gauge(P + "stream_time_ms", "Largest task stream time (event time, epoch ms)", registry=REGISTRY)
+                           buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128), registry=REGISTRY)
+batches = Counter(P + "micro_batches_total", "Micro-batches completed (with or without data)", registry=REGISTRY)
+last_progress = Gauge(P + "last_progress_timestamp_seconds", "Wall time of the last query progress (epoch s)",
+                      registry=REGISTRY)
+stream_time = Gauge(P + "stream_time_seconds", "Largest task stream time (event time, epoch seconds)",
+                    registry=REGISTRY)
 input_rate = Gauge(P + "input_rows_per_second", "Input rows per second (Spark progress)", registry=REGISTRY)
 processed_rate = Gauge(P + "processed_rows_per_second", "Processed rows per second (Spark progress)",
                        registry=REGISTRY)
-offsets_behind = Gauge(P + "consumer_lag_records", "Max offsets behind latest over input partitions",
-                       registry=REGISTRY)
+consumer_lag = Gauge(P + "consumer_lag_records", "Broker end offset - the query's processed offset, per input "
+                     "partition", ["topic", "partition"], registry=REGISTRY)
+offsets_behind = Gauge(P + "max_offsets_behind_latest_records", "Spark's maxOffsetsBehindLatest over the input "
+                       "partitions (at the last micro-batch)", registry=REGISTRY)
+state_windows = Gauge(P + "state_windows", "Windows held by the tasks' processors (sum over tasks, last report "
+                      "of each task)", registry=REGISTRY)
+state_rows = Gauge(P + "state_store_rows", "Rows in Spark's state store (task records + key buckets)",
+                   registry=REGISTRY)
+state_bytes = Gauge(P + "state_store_bytes", "State store size by kind (memory: memoryUsedBytes; "
+                    "sst: RocksDB SST files)", ["kind"], registry=REGISTRY)
+state_buckets_written = Counter(P + "state_buckets_written_total", "Key buckets written to the state store",
+                                registry=REGISTRY)
+state_cache_hits = Counter(P + "state_cache_hits_total", "Task batches served from the worker's cached processor",
+                           registry=REGISTRY)
+task_batches = Counter(P + "task_batches_total", "Task micro-batches processed (one per input partition with "
+                       "data per micro-batch)", registry=REGISTRY)
+worker_seconds = Counter(P + "worker_seconds_total", "Time in the Python tasks, by phase "
+                         "(process includes state_read and state_write)", ["phase"], registry=REGISTRY)
+lag_poll_errors = Counter(P + "consumer_lag_poll_errors_total", "Failed broker end-offset queries",
+                          registry=REGISTRY)
 
-METRICS = {m._name: m for m in (records_consumed, records_aggregated, records_dropped, records_produced,
-                                windows_created, windows_updated, windows_expired, windows_skipped, batch_duration,
-                                stream_time, input_rate, processed_rate, offsets_behind)}
+METRICS: dict[str, Any] = {m._name: m for m in (
+    build_info, records_consumed, records_aggregated, records_dropped, records_dead_lettered, records_produced,
+    windows_created, windows_updated, windows_expired, windows_skipped, record_lateness, e2e_latency,
+    batch_duration, batches, last_progress, stream_time, input_rate, processed_rate, consumer_lag, offsets_behind,
+    state_windows, state_rows, state_bytes, state_buckets_written, state_cache_hits, task_batches, worker_seconds,
+    lag_poll_errors)}
+
+# label values known up front (so every series exists from the first scrape, at 0)
+for _r in DROP_REASONS:
+    records_dropped.labels(_r)
+for _k in ("changelog", "late", "dead_letter"):
+    records_produced.labels(_k)
+for _k in ("memory", "sst"):
+    state_bytes.labels(_k)
+for _k in ("process", "state_read", "state_write"):
+    worker_seconds.labels(_k)
+
+
+def set_build_info() -> None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def v(pkg: str) -> str:
+        try:
+            return version(pkg)
+        except PackageNotFoundError:
+            return "unknown"
+
+    build_info.labels(v("slidingwindow"), v("pyspark"), platform.python_version()).set(1)
 
 
 def serve(port: int) -> None:
     """Expose ``/metrics`` on ``port`` (0: do nothing)."""
+    set_build_info()
     if port:
         start_http_server(port, registry=REGISTRY)
         logger.info("metrics on http://0.0.0.0:%d/metrics", port)
 
 
-def record_progress(observed: Mapping[str, Any], progress: Mapping[str, Any]) -> None:
+# -------------------------------------------------------------------------------------------------- updates
+_task_windows: dict[tuple[str, int], int] = {}
+_lock = threading.Lock()
+
+
+def _int(v: Any) -> int:
+    try:
+        return int(v or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _buckets(o: Mapping[str, int], prefix: str, n: int) -> list[int]:
+    return [o.get(f"{prefix}{i}", 0) for i in range(n + 1)]
+
+
+def record_progress(observed: Mapping[str, Any], progress: Mapping[str, Any], lag: "LagPoller | None" = None,
+                    late_topic: bool = True) -> None:
     """Update the metrics from one micro-batch: ``observed`` = the ``slidingwindow`` observed-metrics row as a
-    dict, ``progress`` = the query progress as a dict (``StreamingQueryProgress.json`` parsed)."""
-    o = {k: int(v or 0) for k, v in observed.items()}
+    dict (``tasks``: per-task rows, optional), ``progress`` = the query progress (``StreamingQueryProgress.json``
+    parsed); ``lag`` gets the progress' end offsets; ``late_topic``: late records are written to a topic."""
+    tasks = observed.get("tasks") or []
+    o = {k: _int(v) for k, v in observed.items() if k != "tasks"}
     records_consumed.inc(o.get("records", 0))
     records_aggregated.inc(o.get("aggregated", 0))
     records_dropped.labels("late").inc(o.get("late", 0))
-    records_dropped.labels("dead-letter").inc(o.get("dead_lettered", 0))
+    dead = o.get("dead_lettered", 0)
+    deser = o.get("dead_deserialization", 0)
+    records_dropped.labels("deserialization").inc(deser)
+    records_dropped.labels("invalid").inc(max(dead - deser, 0))
+    records_dead_lettered.inc(dead)
     records_produced.labels("changelog").inc(o.get("changelog", 0))
+    records_produced.labels("dead_letter").inc(dead)
+    records_produced.labels("late").inc(o.get("late", 0) if late_topic else 0)
     windows_created.inc(o.get("windows_created", 0))
     windows_updated.inc(o.get("windows_updated", 0))
     windows_expired.inc(o.get("windows_expired", 0))
     windows_skipped.inc(o.get("skipped_windows", 0))
+    state_buckets_written.inc(o.get("state_buckets_written", 0))
+    state_cache_hits.inc(o.get("state_cache_hit", 0))
+    task_batches.inc(o.get("task_batches", 0))
+    worker_seconds.labels("process").inc(o.get("process_ns", 0) / 1e9)
+    worker_seconds.labels("state_read").inc(o.get("state_read_ns", 0) / 1e9)
+    worker_seconds.labels("state_write").inc(o.get("state_write_ns", 0) / 1e9)
+    if any(k.startswith("lateness_b") for k in o):
+        record_lateness.add(_buckets(o, "lateness_b", len(LATENESS_BUCKETS_MS)), o.get("lateness_ms_sum", 0) / 1000)
+    if any(k.startswith("latency_b") for k in o):
+        e2e_latency.add(_buckets(o, "latency_b", len(LATENCY_BUCKETS_MS)), o.get("latency_ms_sum", 0) / 1000)
     if o.get("stream_time", -1) > 0:
-        stream_time.set(o["stream_time"])
+        stream_time.set(o["stream_time"] / 1000.0)
+    with _lock:
+        for t in tasks:
+            t = t.asDict() if hasattr(t, "asDict") else dict(t)
+            _task_windows[(str(t.get("topic")), _int(t.get("partition")))] = _int(t.get("windows"))
+        if tasks:
+            state_windows.set(sum(_task_windows.values()))
+
+    batches.inc()
+    last_progress.set(time.time())
     dur = (progress.get("durationMs") or {}).get("triggerExecution")
     if dur is not None:
         batch_duration.observe(dur / 1000.0)
-    input_rate.set(progress.get("inputRowsPerSecond") or 0.0)
-    processed_rate.set(progress.get("processedRowsPerSecond") or 0.0)
+    input_rate.set(float(progress.get("inputRowsPerSecond") or 0.0))
+    processed_rate.set(float(progress.get("processedRowsPerSecond") or 0.0))
     behind = 0
     for src in progress.get("sources") or []:
         m = src.get("metrics") or {}
@@ -79,4 +245,103 @@ def record_progress(observed: Mapping[str, Any], progress: Mapping[str, Any]) ->
             behind = max(behind, int(float(m.get("maxOffsetsBehindLatest", 0))))
         except (TypeError, ValueError):
             pass
+        if lag is not None:
+            lag.update(src.get("endOffset"))
     offsets_behind.set(behind)
+    rows = mem = sst = 0
+    for op in progress.get("stateOperators") or []:
+        rows += _int(op.get("numRowsTotal"))
+        mem += _int(op.get("memoryUsedBytes"))
+        sst += _int((op.get("customMetrics") or {}).get("rocksdbSstFileSize"))
+    if progress.get("stateOperators"):
+        state_rows.set(rows)
+        state_bytes.labels("memory").set(mem)
+        state_bytes.labels("sst").set(sst)
+
+
+# -------------------------------------------------------------------------------------------------- consumer lag
+def _parse_offsets(end_offset: Any) -> dict[tuple[str, int], int]:
+    import json
+
+    if end_offset is None:
+        return {}
+    if isinstance(end_offset, str):
+        try:
+            end_offset = json.loads(end_offset)
+        except ValueError:
+            return {}
+    out = {}
+    if isinstance(end_offset, Mapping):
+        for topic, parts in end_offset.items():
+            if isinstance(parts, Mapping):
+                for p, off in parts.items():
+                    out[(str(topic), int(p))] = int(off)
+    return out
+
+
+class LagPoller:
+    """Consumer lag per input partition: the broker's end offset (high watermark) minus the query's processed
+    offset (``endOffset`` of the last progress). Polls the broker every ``interval`` seconds in a daemon thread."""
+
+    def __init__(self, client_config: Mapping[str, str], interval: float = 5.0,
+                 end_offsets: Callable[[list[tuple[str, int]]], dict[tuple[str, int], int]] | None = None) -> None:
+        self.client_config = dict(client_config)
+        self.interval = interval
+        self._processed: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._consumer: Any = None
+        self._end_offsets = end_offsets or self._broker_end_offsets
+
+    def update(self, end_offset: Any) -> None:
+        offs = _parse_offsets(end_offset)
+        if offs:
+            with self._lock:
+                self._processed.update(offs)
+
+    def _broker_end_offsets(self, parts: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        if self._consumer is None:
+            self._consumer = Consumer({**self.client_config, "group.id": "slidingwindow-lag-probe",
+                                       "enable.auto.commit": False})
+        out = {}
+        for t, p in parts:
+            _lo, hi = self._consumer.get_watermark_offsets(TopicPartition(t, p), timeout=5, cached=False)
+            out[(t, p)] = int(hi)
+        return out
+
+    def poll_once(self) -> None:
+        with self._lock:
+            processed = dict(self._processed)
+        if not processed:
+            return
+        try:
+            ends = self._end_offsets(sorted(processed))
+        except Exception as e:  # the broker may be briefly unreachable; keep the last values
+            lag_poll_errors.inc()
+            logger.debug("cannot read end offsets: %s", e)
+            return
+        for (t, p), end in ends.items():
+            consumer_lag.labels(t, str(p)).set(max(end - processed[(t, p)], 0))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.poll_once()
+
+    def start(self) -> "LagPoller":
+        self._thread = threading.Thread(target=self._loop, name="lag-poller", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            except Exception:
+                pass
+            self._consumer = None

@@ -27,6 +27,7 @@ import numpy as np
 from connectors.output import ChangelogEncoder, ChangelogSpec
 from connectors.serde import InputDecoder, InputSpec
 from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations
+from service.metrics import LATENCY_BUCKETS_MS, LATENESS_BUCKETS_MS
 
 __all__ = ["TaskConfig", "TaskStats", "TaskOutput", "TaskRunner", "TaskState", "DictTaskState", "process_task_batch", "bucket_of",
            "OUTPUT_KINDS", "STATS_FIELDS"]
@@ -58,7 +59,24 @@ STATS_FIELDS = (
     "process_ns",  # time spent in the Python task (decode + process + encode + state calls)
     "state_read_ns",  # of which reading state (task meta + key blob state calls)
     "state_write_ns",  # of which exporting and writing state
+    "dead_deserialization",  # of dead_lettered: value/key/schema could not be decoded
+    "dead_invalid",  # of dead_lettered: decoded but not aggregatable (missing key/field/timestamp, wrong type)
+    "state_windows",  # windows held by the task's processor after the batch (absolute, not a delta)
+    "latency_ms_sum",  # sum over accepted records of emit time - record timestamp (>= 0)
+    # histogram bucket counts (NOT cumulative; last = above the largest bound), bounds in service.metrics
+    *(f"lateness_b{i}" for i in range(len(LATENESS_BUCKETS_MS) + 1)),
+    *(f"latency_b{i}" for i in range(len(LATENCY_BUCKETS_MS) + 1)),
 )
+
+
+#: dead-letter reasons (connectors.serde.REASONS) counted as ``reason="deserialization"``; the rest are "invalid"
+DESERIALIZATION_REASONS = frozenset({"null-value", "undecodable-value", "unknown-schema", "undecodable-key"})
+
+
+def _bucket_counts(values: Any, bounds: Sequence[int]) -> list[int]:
+    """Counts of ``values`` per bucket ``(bounds[i-1], bounds[i]]`` (Prometheus ``le`` buckets), plus the overflow."""
+    idx = np.searchsorted(np.asarray(bounds, dtype=np.int64), values, side="left")
+    return np.bincount(idx, minlength=len(bounds) + 1).tolist()
 
 
 @dataclass(frozen=True)
@@ -190,6 +208,8 @@ class TaskRunner:
             lateness = st_arr - ts_arr
             lateness_sum = int(lateness.sum())
             lateness_max = int(lateness.max())
+            for i, c in enumerate(_bucket_counts(lateness, LATENESS_BUCKETS_MS)):
+                stats[f"lateness_b{i}"] = c
 
         # dead letters, then late records, then the changelog (each in input/emission order)
         for i, reason, message in bad:
@@ -221,8 +241,19 @@ class TaskRunner:
             out.add("changelog", ctopic, k, v, None)
 
         stats["aggregated"] = len(good) - len(late_rows)
+        if good:
+            late_idx = {i for i, _d in late_rows}
+            acc_ts = np.fromiter((t for i, _k, _v, t in good if i not in late_idx), dtype=np.int64)
+            if len(acc_ts):
+                latency = np.maximum(emit_time - acc_ts, 0)
+                stats["latency_ms_sum"] = int(latency.sum())
+                for i, c in enumerate(_bucket_counts(latency, LATENCY_BUCKETS_MS)):
+                    stats[f"latency_b{i}"] = c
         stats["late"] = len(late_rows)
         stats["dead_lettered"] = len(bad)
+        n_deser = sum(1 for _i, reason, _m in bad if reason in DESERIALIZATION_REASONS)
+        stats["dead_deserialization"] = n_deser
+        stats["dead_invalid"] = len(bad) - n_deser
         stats["changelog"] = len(ckeys)
         stats["windows_created"] = ps.windows_created - created0
         stats["windows_updated"] = ps.windows_updated - updated0
@@ -406,6 +437,7 @@ def process_task_batch(
     s = out.stats
     s["windows_expired"] += proc.store.expired - expired_before
     s["state_cache_hit"] = int(hit)
+    s["state_windows"] = len(proc.store)
     s["state_buckets_loaded"] = loaded
     s["state_buckets_written"] = written
     s["state_buckets_deleted"] = deleted

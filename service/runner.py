@@ -89,17 +89,18 @@ def prepare(settings: Settings) -> TaskConfig:
     return task_config(settings, key_id, value_id)
 
 
-def _report(progress: Any) -> BatchReport:
+def _report(progress: Any, lag: metrics.LagPoller | None = None, late_topic: bool = True) -> BatchReport:
     p = json.loads(progress.json)
     obs_row = (progress.observedMetrics or {}).get("slidingwindow")
-    observed = {k: int(v or 0) for k, v in obs_row.asDict().items()} if obs_row is not None else {}
+    raw = obs_row.asDict() if obs_row is not None else {}
+    observed = {k: int(v or 0) for k, v in raw.items() if k != "tasks"}
     behind = 0
     for src in p.get("sources") or []:
         try:
             behind = max(behind, int(float((src.get("metrics") or {}).get("maxOffsetsBehindLatest", 0))))
         except (TypeError, ValueError):
             pass
-    metrics.record_progress(observed, p)
+    metrics.record_progress(raw, p, lag, late_topic)
     return BatchReport(
         batch_id=int(p.get("batchId", -1)),
         records=observed.get("records", 0),
@@ -116,7 +117,8 @@ def _report(progress: Any) -> BatchReport:
     )
 
 
-def _listener(on_batch: Callable[[BatchReport], None]):
+def _listener(on_batch: Callable[[BatchReport], None], lag: metrics.LagPoller | None = None,
+              late_topic: bool = True):
     from pyspark.sql.streaming import StreamingQueryListener
 
     class Listener(StreamingQueryListener):
@@ -125,7 +127,7 @@ def _listener(on_batch: Callable[[BatchReport], None]):
 
         def onQueryProgress(self, event: Any) -> None:
             try:
-                report = _report(event.progress)
+                report = _report(event.progress, lag, late_topic)
             except Exception:  # never let reporting kill the listener bus
                 logger.exception("cannot read query progress")
                 return
@@ -161,7 +163,9 @@ def run(
     spark = build_spark(settings)
     logger.info("Spark %s session ready in %.1fs (master %s)", spark.version, time.monotonic() - t0,
                 settings.spark_master)
-    spark.streams.addListener(_listener(on_batch or (lambda r: logger.info("%s", r.line()))))
+    lag = metrics.LagPoller(settings.kafka_client_config()).start() if settings.metrics_port else None
+    spark.streams.addListener(_listener(on_batch or (lambda r: logger.info("%s", r.line())), lag,
+                                        bool(settings.late_topic)))
     if install_signal_handlers and threading.current_thread() is threading.main_thread():
         def _stop(signum: int, _frame: Any) -> None:
             logger.info("signal %d: stopping after the current micro-batch", signum)
@@ -180,6 +184,8 @@ def run(
         if query.isActive:
             query.stop()
     exc = query.exception()
+    if lag is not None:
+        lag.stop()
     spark.stop()
     if exc is not None:
         logger.error("the streaming query failed: %s", str(exc).splitlines()[0] if str(exc) else exc)

@@ -1,0 +1,113 @@
+"""service.metrics without Spark: naming rules, worker bucket counts -> histograms, progress -> metrics, lag,
+and ``promtool check metrics`` on the exposition."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+from service import metrics
+from service.metrics import LATENCY_BUCKETS_MS, LATENESS_BUCKETS_MS, REGISTRY, BulkHistogram, LagPoller
+from service.processing import STATS_FIELDS, _bucket_counts
+
+
+def val(name: str, **labels: str) -> float:
+    v = REGISTRY.get_sample_value(name, labels)
+    return 0.0 if v is None else v
+
+
+def test_names_follow_the_conventions():
+    text = generate_latest(REGISTRY).decode()
+    families = {ln.split()[2]: ln.split()[3] for ln in text.splitlines() if ln.startswith("# TYPE")}
+    assert len(families) >= 25
+    for name, kind in families.items():
+        assert name.startswith("slidingwindow_"), name
+        if kind == "counter":
+            assert name.endswith("_total"), name
+        assert not name.endswith(("_ms", "_milliseconds")), name
+        if kind == "histogram":
+            assert name.endswith("_seconds"), name
+    labels = {lab.split("=")[0] for ln in text.splitlines() if "{" in ln and not ln.startswith("#")
+              for lab in ln[ln.index("{") + 1:ln.index("}")].split(",")}
+    assert labels <= {"reason", "kind", "phase", "topic", "partition", "le", "version", "pyspark", "python"}
+
+
+def test_bulk_histogram_equals_a_histogram_of_the_same_observations():
+    rnd = np.random.default_rng(1)
+    values = rnd.integers(0, 400_000, 500)
+    values[:20] = 0
+    values[20:30] = 10_000_000
+    reg = CollectorRegistry()
+    ref = Histogram("ref_seconds", "x", buckets=[b / 1000 for b in LATENESS_BUCKETS_MS], registry=reg)
+    bulk = BulkHistogram("bulk_seconds", "x", [b / 1000 for b in LATENESS_BUCKETS_MS], registry=reg)
+    for v in values:
+        ref.observe(v / 1000)
+    half = len(values) // 2  # two "micro-batches"
+    for part in (values[:half], values[half:]):
+        bulk.add(_bucket_counts(part, LATENESS_BUCKETS_MS), float(part.sum()) / 1000)
+    text = generate_latest(reg).decode()
+    ref_lines = sorted(ln.replace("ref_", "X_") for ln in text.splitlines() if ln.startswith("ref_seconds_")
+                       and "_created" not in ln)
+    bulk_lines = sorted(ln.replace("bulk_", "X_") for ln in text.splitlines() if ln.startswith("bulk_seconds_"))
+    assert [ln for ln in ref_lines if "_sum" not in ln] == [ln for ln in bulk_lines if "_sum" not in ln]
+    assert reg.get_sample_value("bulk_seconds_sum") == pytest.approx(reg.get_sample_value("ref_seconds_sum"))
+
+
+def test_stats_fields_carry_every_bucket():
+    for i in range(len(LATENESS_BUCKETS_MS) + 1):
+        assert f"lateness_b{i}" in STATS_FIELDS
+    for i in range(len(LATENCY_BUCKETS_MS) + 1):
+        assert f"latency_b{i}" in STATS_FIELDS
+    assert {"dead_deserialization", "dead_invalid", "state_windows", "latency_ms_sum"} <= set(STATS_FIELDS)
+
+
+def test_record_progress_updates_every_metric():
+    before = {n: val(n) for n in ("slidingwindow_records_consumed_total", "slidingwindow_windows_created_total",
+                                  "slidingwindow_record_lateness_seconds_count",
+                                  "slidingwindow_end_to_end_latency_seconds_count")}
+    drop0 = {r: val("slidingwindow_records_dropped_total", reason=r) for r in metrics.DROP_REASONS}
+    lat = [0] * (len(LATENESS_BUCKETS_MS) + 1)
+    lat[0], lat[3] = 80, 12
+    e2e = [0] * (len(LATENCY_BUCKETS_MS) + 1)
+    e2e[2] = 85
+    observed = {"records": 100, "aggregated": 85, "late": 7, "dead_lettered": 8, "dead_deserialization": 3,
+                "changelog": 60, "windows_created": 20, "windows_updated": 40, "stream_time": 1_700_000_000_500,
+                "lateness_ms_sum": 3000, "latency_ms_sum": 17000,
+                **{f"lateness_b{i}": c for i, c in enumerate(lat)}, **{f"latency_b{i}": c for i, c in enumerate(e2e)},
+                "tasks": [{"topic": "in", "partition": 0, "windows": 30}, {"topic": "in", "partition": 1,
+                                                                           "windows": 12}]}
+    progress = {"durationMs": {"triggerExecution": 1500}, "inputRowsPerSecond": 55.5,
+                "processedRowsPerSecond": 66.6,
+                "sources": [{"endOffset": '{"in":{"0":60,"1":40}}', "metrics": {"maxOffsetsBehindLatest": "5"}}],
+                "stateOperators": [{"numRowsTotal": 9, "memoryUsedBytes": 1234,
+                                    "customMetrics": {"rocksdbSstFileSize": 4321}}]}
+    lag = LagPoller({}, end_offsets=lambda parts: {p: {("in", 0): 70, ("in", 1): 40}[p] for p in parts})
+    metrics.record_progress(observed, progress, lag)
+    lag.poll_once()
+    assert val("slidingwindow_records_consumed_total") - before["slidingwindow_records_consumed_total"] == 100
+    assert val("slidingwindow_windows_created_total") - before["slidingwindow_windows_created_total"] == 20
+    got = {r: val("slidingwindow_records_dropped_total", reason=r) - drop0[r] for r in metrics.DROP_REASONS}
+    assert got == {"late": 7, "deserialization": 3, "invalid": 5}
+    assert val("slidingwindow_record_lateness_seconds_count") - \
+        before["slidingwindow_record_lateness_seconds_count"] == 92
+    assert val("slidingwindow_end_to_end_latency_seconds_count") - \
+        before["slidingwindow_end_to_end_latency_seconds_count"] == 85
+    assert val("slidingwindow_stream_time_seconds") == pytest.approx(1_700_000_000.5)
+    assert val("slidingwindow_state_windows") == 42
+    assert val("slidingwindow_state_store_bytes", kind="sst") == 4321
+    assert val("slidingwindow_input_rows_per_second") == 55.5
+    assert val("slidingwindow_max_offsets_behind_latest_records") == 5
+    assert val("slidingwindow_consumer_lag_records", topic="in", partition="0") == 10
+    assert val("slidingwindow_consumer_lag_records", topic="in", partition="1") == 0
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (make test installs it)")
+def test_promtool_check_metrics_on_the_exposition():
+    metrics.set_build_info()
+    text = generate_latest(REGISTRY)
+    r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=60)
+    assert r.returncode == 0, (r.stdout + r.stderr).decode()
