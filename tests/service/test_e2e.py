@@ -14,7 +14,7 @@ from connectors.avro import decode_body, encode, split_wire
 from connectors.output import parse_windowed_key
 from connectors.schema_registry import SchemaRegistry
 from connectors.serde import InputSpec, aggregation_fields
-from tests.service.events import payment_events, replay
+from tests.service.events import Event, payment_events, replay
 from tests.service.harness import ServiceProcess, committed_offsets, consume_all, produce, wait_until_committed
 from tests.service.schema_registry_double import SchemaRegistryDouble
 
@@ -128,6 +128,20 @@ def test_end_to_end_avro_every_fields(kafka_bootstrap, topics, tmp_path):
         kinds = ("undecodable", "missing-amount", "string-amount", "null-key", "negative-ts", "missing-ts")
         events = payment_events(2000, keys=12, partitions=PARTITIONS, td=TD, grace=GRACE, seed=202,
                                 key_in_value=True, time_in_value=True, encode=enc, bad_kinds=kinds)
+        # hand-made bad inputs: wrong magic byte, unknown schema id, truncated body, another schema's record
+        other = {"type": "record", "name": "Refund", "fields": [{"name": "account", "type": "string"},
+                                                                {"name": "ts", "type": "long"}]}
+        other_id = reg.register(f"{topics['in']}-refund", other)
+        ts0 = events[-1].timestamp
+        good = enc({"account": "acct-1", "amount": 5, "ts": ts0})
+        for p in range(PARTITIONS):
+            events += [
+                Event(p, None, b"\x01" + good[1:], ts0, "bad:magic"),
+                Event(p, None, b"\x00\x00\x01\x86\x9f" + good[5:], ts0, "bad:unknown-schema"),
+                Event(p, None, good[:-4], ts0, "bad:truncated"),
+                Event(p, None, encode(other_id, parse_schema(other), {"account": "acct-1", "ts": ts0}), ts0,
+                      "bad:other-schema"),
+            ]
         ends = produce(kafka_bootstrap, topics["in"], events)
         ck = tmp_path / "checkpoint"
         svc = ServiceProcess(service_args(kafka_bootstrap, topics, ck, "--input-format", "avro",
@@ -144,8 +158,8 @@ def test_end_to_end_avro_every_fields(kafka_bootstrap, topics, tmp_path):
 
         spec = InputSpec("avro", "account", "ts", aggregation_fields(AGGS), sr.url)
         exp = replay(events, td=TD, grace=GRACE, aggregations=AGGS, emit="every", spec=spec, registry=reg)
-        assert {"schema-mismatch", "null-key", "invalid-timestamp", "missing-timestamp",
-                "undecodable-value"} <= set(exp.dead.values())
+        assert {"schema-mismatch", "null-key", "invalid-timestamp", "missing-timestamp", "undecodable-value",
+                "unknown-schema"} <= set(exp.dead.values())
         changelog = consume_all(kafka_bootstrap, topics["out"])
         by_key: dict[str, list] = {}
         for r in changelog:
