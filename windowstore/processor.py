@@ -235,6 +235,14 @@ class SlidingWindowProcessor:
             st = self.observed_stream_time if stream_time is None else stream_time
             self.drops.append(DroppedRecord(key, value, ts, reason, st))
 
+    def _open_key(self, key: Hashable, value: Any, t: int, close: int) -> Any:
+        """The key's windows for an accepted record (marked dirty; raw record kept for the batch path)."""
+        kw = self.store.windows_of(key)
+        self.store.dirty.add(key)
+        if self._plan is not None:
+            self._keep_raw(key, kw, value, t, close)
+        return kw
+
     def _keep_raw(self, key: Hashable, kw: Any, value: Any, t: int, close: int) -> None:
         plan = self._plan
         if kw.raw_ts is None:
@@ -281,18 +289,9 @@ class SlidingWindowProcessor:
             entry[0] = acc
             entry[1] = ts
             entry[2] = count
-        elif start < store.read_bound():  # Kafka's store keeps it invisible forever: forward only
-            entry = [acc, ts, count]
         else:
-            entry = kw.entries[start] = [acc, ts, count]
-            starts = kw.starts
-            if not starts or start > starts[-1]:
-                starts.append(start)
-                store.key_max_start[key] = start
-            else:
-                starts.insert(bisect_left(starts, start), start)
-            store._size += 1
-            if self.emit is EmitMode.CLOSE:
+            entry = [acc, ts, count]
+            if store.insert(key, kw, start, entry) and self.emit is EmitMode.CLOSE:
                 heapq.heappush(self._pending_close, (start, key_bytes(key), key))
         self._emit(key, start, entry)
 
@@ -307,10 +306,7 @@ class SlidingWindowProcessor:
         """``processReverse`` + ``createWindows`` (R10, R12) for a record with ``t >= td``."""
         td = self.td
         store = self.store
-        kw = store.windows_of(key)
-        store.dirty.add(key)
-        if self._plan is not None:
-            self._keep_raw(key, kw, value, t, close)
+        kw = self._open_key(key, value, t, close)
         starts = kw.starts
         entries = kw.entries
         lo = t - 2 * td
@@ -386,10 +382,7 @@ class SlidingWindowProcessor:
     def _process_early(self, key: Hashable, value: Any, t: int, close: int) -> None:
         """``processEarly`` (R11) for a record with ``0 <= t < td``: the combined window ``[0, td]``."""
         store = self.store
-        kw = store.windows_of(key)
-        store.dirty.add(key)
-        if self._plan is not None:
-            self._keep_raw(key, kw, value, t, close)
+        kw = self._open_key(key, value, t, close)
         starts = kw.starts
         entries = kw.entries
         lo = store.read_bound()

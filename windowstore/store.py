@@ -181,10 +181,15 @@ class WindowStore:
             entry[1] = max_ts
             entry[2] = count
             return False
+        return self.insert(key, kw, start, [acc, max_ts, count])
+
+    def insert(self, key: Hashable, kw: KeyWindows, start: int, entry: list) -> bool:
+        """Add a window the key does not have yet (``entry`` = ``[acc, max_ts, count]``). Returns False, storing
+        nothing, when ``start`` is below the read bound: Kafka's store would keep it invisible (or drop it as
+        an expired segment), so no read could ever see it."""
         if start < self.read_bound():
-            # Kafka's store would keep it invisible (or drop it as an expired segment): never readable again.
             return False
-        kw.entries[start] = [acc, max_ts, count]
+        kw.entries[start] = entry
         starts = kw.starts
         if not starts or start > starts[-1]:
             starts.append(start)

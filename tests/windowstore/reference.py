@@ -48,3 +48,15 @@ def r3_table(
                 table[(key, s)] = (sorted(recs[i][1] for i in w), max(recs[i][0] for i in w))
             prev = w
     return table
+
+
+def save_state(proc, backend: dict) -> bytes:
+    """What the service does after a micro-batch: expire, write dirty keys' blobs (delete emptied ones) into
+    ``backend`` and return the task meta."""
+    proc.expire()
+    for key, blob in proc.export_keys(proc.dirty_keys()).items():
+        if blob is None:
+            backend.pop(key, None)
+        else:
+            backend[key] = blob
+    return proc.export_meta()

@@ -14,6 +14,8 @@ from windowstore import (
 )
 from windowstore.batch import batch_plan
 
+from .reference import save_state
+
 AGGS = [Count, Sum, Min, Max, Mean, lambda: Composite([Count(), Field(Sum(), "v"), Field(Max(), "v")])]
 
 
@@ -128,11 +130,5 @@ def test_batch_path_over_external_state(case):
         proc = SlidingWindowProcessor.from_state(w, Sum(), "update", meta, backend.get, batch=True)
         proc.process_batch(recs[b : b + batch_size])
         got.append(proc.flush())
-        proc.expire()
-        for key, blob in proc.export_keys(proc.dirty_keys()).items():
-            if blob is None:
-                backend.pop(key, None)
-            else:
-                backend[key] = blob
-        meta = proc.export_meta()
+        meta = save_state(proc, backend)
     assert got == want

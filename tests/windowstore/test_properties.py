@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from windowstore import Collect, Count, SlidingWindowProcessor, SlidingWindows, Sum
 from windowstore.serde import decode_key_windows, encode_key_windows
 
-from .reference import classify, r3_table
+from .reference import classify, r3_table, save_state
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 
@@ -152,13 +152,7 @@ def test_external_state_per_key_round_trip(case, batch, emit):
         for k, v, t in recs[b : b + batch]:
             out.extend(proc.process(k, v, t))
         out.extend(proc.flush())
-        proc.expire()
-        for key, blob in proc.export_keys(proc.dirty_keys()).items():
-            if blob is None:
-                backend.pop(key, None)
-            else:
-                backend[key] = blob
-        meta = proc.export_meta()
+        meta = save_state(proc, backend)
     assert out == full
 
 
