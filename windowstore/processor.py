@@ -28,7 +28,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from .aggregations import Aggregation
+from .aggregations import Aggregation, Count, Sum
 from .store import NO_TIMESTAMP, Visibility, WindowStore, key_bytes
 from .updates import DropReason, DroppedRecord, EmitMode, ProcessorStats, WindowUpdate
 from .windows import SlidingWindows
@@ -99,6 +99,8 @@ class SlidingWindowProcessor:
         # close mode: windows not yet emitted, by (start, key bytes) like Kafka's time-ordered store
         self._pending_close: list[tuple[int, bytes, Hashable]] = []
         self._accumulate = aggregation.accumulate
+        #: 1: Count, 2: Sum (exact built-in types): the record path adds inline instead of calling accumulate
+        self._inline = {Count: 1, Sum: 2}.get(type(aggregation), 0)  # type: ignore[call-overload]
         self._emit = {
             EmitMode.EVERY: self._emit_every,
             EmitMode.UPDATE: self._emit_update,
@@ -326,6 +328,9 @@ class SlidingWindowProcessor:
         prev = None
         accumulate = self._accumulate
         emit = self._emit
+        # hot-loop shortcuts, same results as the generic calls: Count/Sum accumulate, the update-mode cache
+        inline = self._inline
+        dirty = self._dirty if self.emit is EmitMode.UPDATE else None
         updated = skipped = 0
         while i >= stop:
             s = starts[i]
@@ -341,12 +346,22 @@ class SlidingWindowProcessor:
                 else:
                     left_created = True
                 if end >= close:  # updateWindowAndForward (R13)
-                    e[0] = accumulate(e[0], value, key)
+                    if inline == 1:
+                        e[0] += 1
+                    elif inline == 2:
+                        e[0] += value
+                    else:
+                        e[0] = accumulate(e[0], value, key)
                     if t > old_ts:
                         e[1] = t
                     e[2] += 1
                     updated += 1
-                    emit(key, s, e)
+                    if dirty is not None:
+                        k = (key, s)
+                        dirty.pop(k, None)
+                        dirty[k] = e
+                    else:
+                        emit(key, s, e)
                 else:
                     skipped += 1
                 if end == t:
