@@ -440,24 +440,33 @@ def process_columns(
     record path does. Returns False after falling back to the record path."""
     plan = proc._plan
     n = len(keys)
-    if values is None:
-        if fields is None:
-            raise ValueError("process_columns needs fields or values")
-        values = _values_from_fields(fields, n)
+    if values is None and fields is None:
+        raise ValueError("process_columns needs fields or values")
+    varr = None
+    if values is not None:
+        varr = np.empty(n, dtype=object)
+        varr[:] = list(values)
+
+    def record_values() -> Sequence[Any]:
+        # record values only when needed: the record path (fallback) and drop reports
+        return values if values is not None else _values_from_fields(fields, n)  # type: ignore[arg-type]
 
     def fallback() -> bool:
-        _record_path(proc, list(zip(keys, values, timestamps)))
+        stamps = timestamps.tolist() if hasattr(timestamps, "tolist") else timestamps
+        _record_path(proc, list(zip(keys, record_values(), stamps)))
         return False
 
     if plan is None:
         return fallback()
+    if values is None:
+        missing = sorted({str(f) for kind, f in plan if kind != "count" and f not in fields})  # type: ignore[operator]
+        if missing:
+            raise ValueError(f"process_columns: fields lacks the aggregation input(s) {', '.join(missing)}")
     td, grace = proc.td, proc.grace
     karr = np.empty(n, dtype=object)
     karr[:] = list(keys)
     null_key = np.equal(karr, None)
-    varr = np.empty(n, dtype=object)
-    varr[:] = list(values)
-    null_value = np.equal(varr, None)
+    null_value = np.zeros(n, bool) if varr is None else np.equal(varr, None)
     ts, bad_ts = _timestamps(timestamps)
     if (ts >= _MAX_TS).any():
         return fallback()
@@ -493,7 +502,8 @@ def process_columns(
                     col = None
         else:
             try:
-                col = _column([varr[i] if field is None else varr[i][field] for i in acc_idx], kind)
+                vals = record_values()
+                col = _column([vals[i] if field is None else vals[i][field] for i in acc_idx.tolist()], kind)
             except (KeyError, TypeError, IndexError):
                 col = None
         if col is None:
@@ -536,9 +546,10 @@ def process_columns(
     stats.dropped_late += int(counts_by[4])
     if proc.collect_drops:
         reasons = (None, DropReason.NULL_KEY, DropReason.NULL_VALUE, DropReason.INVALID_TIMESTAMP, DropReason.LATE)
+        dropped_values = record_values()
         for i in np.flatnonzero(reason_of).tolist():  # arrival order, like the record path
             # invalid records do not advance stream time, so st_run[i] is the stream time at the drop
-            proc._drop(keys[i], values[i], timestamps[i], reasons[reason_of[i]], int(st_run[i]))
+            proc._drop(keys[i], dropped_values[i], timestamps[i], reasons[reason_of[i]], int(st_run[i]))
     stats.accepted += len(acc_idx)
     if not len(acc_idx):
         return True

@@ -127,8 +127,8 @@ class SlidingWindowProcessor:
             self._drop(key, value, ts, DropReason.NULL_KEY if key is None else DropReason.NULL_VALUE)
             return []
         if type(ts) is not int:
-            if isinstance(ts, int) and not isinstance(ts, bool):
-                ts = int(ts)
+            if not isinstance(ts, bool) and hasattr(type(ts), "__index__"):  # int subclasses, numpy integers
+                ts = ts.__index__()
             else:
                 stats.dropped_invalid_timestamp += 1
                 self._drop(key, value, ts, DropReason.INVALID_TIMESTAMP)

@@ -132,3 +132,34 @@ def test_batch_path_over_external_state(case):
         got.append(proc.flush())
         meta = save_state(proc, backend)
     assert got == want
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases())
+def test_process_columns_with_numeric_fields(case):
+    """The service's input: key list, int64 timestamps, numeric field columns (falls back when needed)."""
+    import numpy as np
+
+    td, grace, recs, batch_size, _ = case
+    recs = [r for r in recs if r[0] is not None]
+    make = lambda: Composite([Count(), Field(Sum(), "v"), Field(Max(), "v")])  # noqa: E731
+    want, _, _ = run([(k, {"v": v}, t) for k, v, t in recs], td, grace, batch_size, make, False)
+    proc = SlidingWindowProcessor(SlidingWindows(td, grace), make(), "update", batch=True)
+    got = []
+    for b in range(0, len(recs), batch_size):
+        chunk = recs[b : b + batch_size]
+        proc.process_columns(
+            [k for k, _, _ in chunk],
+            np.array([t for _, _, t in chunk], dtype=np.int64),
+            {"v": np.array([v for _, v, _ in chunk], dtype=np.int64)},
+        )
+        got.append(proc.flush())
+    assert got == want
+
+
+def test_process_columns_names_missing_fields():
+    import numpy as np
+
+    proc = SlidingWindowProcessor(SlidingWindows(10, 0), Field(Sum(), "amount"), "update", batch=True)
+    with pytest.raises(ValueError, match="fields lacks the aggregation input"):
+        proc.process_columns(["a"], np.array([5]), {"other": np.array([1])})
