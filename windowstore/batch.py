@@ -304,14 +304,25 @@ def _kernel(
     Updates every ``kws[k]`` in place; returns the written rows (order keys, key, start, ts, count, parts)."""
     K = len(kws)
     offs = np.arange(K, dtype=_I64) << _SHIFT
-    old_n = np.fromiter((len(kw.raw_ts) for kw in kws), _I64, K)
-    T = np.concatenate([_concat([kw.raw_ts for kw in kws]) + np.repeat(offs, old_n), (key_id << _SHIFT) + ts])
+    # Only the suffix of each key's state can change: a written window starts at >= min(new ts) - td, and
+    # reads reach one ms below it (W(s-1)). Older raw records and windows are kept aside as they are, so a
+    # batch costs O(batch + records within td of it), not O(everything retained).
+    cut = np.full(K, _BIG, _I64)
+    np.minimum.at(cut, key_id, ts)
+    cut_l = (cut - td - 1).tolist()
+    raw_j = [int(np.searchsorted(kw.raw_ts, c, "left")) for kw, c in zip(kws, cut_l)]
+    col_j = [int(np.searchsorted(kw.cols.starts, c, "left")) for kw, c in zip(kws, cut_l)]
+    raw_tails = [kw.raw_ts[j:] for kw, j in zip(kws, raw_j)]
+    old_n = np.fromiter((len(t) for t in raw_tails), _I64, K)
+    T = np.concatenate([_concat(raw_tails) + np.repeat(offs, old_n), (key_id << _SHIFT) + ts])
     arr = np.concatenate([np.full(int(old_n.sum()), -1, _I64), arrival])
     order = np.argsort(T, kind="stable")
     T = T[order]
     arr = arr[order]
     parts_all = [
-        None if kind == "count" else np.concatenate([_concat([kw.raw_cols[i] for kw in kws], p.dtype), p])[order]
+        None
+        if kind == "count"
+        else np.concatenate([_concat([kw.raw_cols[i][j:] for kw, j in zip(kws, raw_j)], p.dtype), p])[order]
         for i, ((kind, _f), p) in enumerate(zip(plan, parts_new))
     ]
 
@@ -367,8 +378,9 @@ def _kernel(
     pos = np.where(early, local, -local)
 
     # merge the written windows into every key's columns, then split back per key
-    old_cnt = np.fromiter((len(kw.cols) for kw in kws), _I64, K)
-    S_old = _concat([kw.cols.starts for kw in kws]) + np.repeat(offs, old_cnt)
+    tails = [kw.cols.take(slice(j, None)) for kw, j in zip(kws, col_j)]
+    old_cnt = np.fromiter((len(c) for c in tails), _I64, K)
+    S_old = _concat([c.starts for c in tails]) + np.repeat(offs, old_cnt)
     union = _sorted_union(S_old, starts)
     ie = np.searchsorted(union, S_old)
     iw = np.searchsorted(union, starts)
@@ -379,22 +391,34 @@ def _kernel(
         out[iw] = b
         return out
 
-    m_ts = merged(_concat([kw.cols.ts for kw in kws]), max_ts)
-    m_counts = merged(_concat([kw.cols.counts for kw in kws]), counts)
+    m_ts = merged(_concat([c.ts for c in tails]), max_ts)
+    m_counts = merged(_concat([c.counts for c in tails]), counts)
     m_parts = [
-        None if p is None else merged(_concat([kw.cols.parts[i] for kw in kws], p.dtype), p)
+        None if p is None else merged(_concat([c.parts[i] for c in tails], p.dtype), p)
         for i, p in enumerate(parts)
     ]
     w_bounds = np.searchsorted(union, offs).tolist() + [len(union)]
     r_bounds = np.searchsorted(T, offs).tolist() + [len(T)]
     raw_local = T & (_OFF - 1)
     u_local = union & (_OFF - 1)
+
+    def joined(head: np.ndarray, tail: np.ndarray) -> np.ndarray:
+        return np.concatenate([head, tail]) if len(head) else tail
+
     for k, kw in enumerate(kws):
         a, b = w_bounds[k], w_bounds[k + 1]
-        kw.cols = Cols(u_local[a:b], m_ts[a:b], m_counts[a:b], [None if p is None else p[a:b] for p in m_parts])
+        j = col_j[k]
+        c = kw.cols
+        kw.cols = Cols(
+            joined(c.starts[:j], u_local[a:b]),
+            joined(c.ts[:j], m_ts[a:b]),
+            joined(c.counts[:j], m_counts[a:b]),
+            [None if p is None else joined(op[:j], p[a:b]) for op, p in zip(c.parts, m_parts)],
+        )
         a, b = r_bounds[k], r_bounds[k + 1]
-        kw.raw_ts = raw_local[a:b]
-        kw.raw_cols = [None if p is None else p[a:b] for p in parts_all]
+        j = raw_j[k]
+        kw.raw_ts = joined(kw.raw_ts[:j], raw_local[a:b])
+        kw.raw_cols = [None if p is None else joined(op[:j], p[a:b]) for op, p in zip(kw.raw_cols, parts_all)]
     created = len(union) - len(S_old)
     return last_writer, cat, pos, starts >> _SHIFT, local, max_ts, counts, parts, created
 
