@@ -49,3 +49,16 @@ def test_scrape_target_is_the_metrics_port():
     job = next(j for j in cfg["scrape_configs"] if j["job_name"] == "slidingwindow")
     targets = [t for sc in job["static_configs"] for t in sc["targets"]]
     assert targets == [f"service:{Settings().metrics_port}"]
+
+
+def test_rules_only_use_defined_metrics():
+    import re
+
+    from service.metrics import METRICS
+
+    known = set()
+    for name in METRICS:
+        known |= {name, name + "_total", name + "_bucket", name + "_sum", name + "_count"}
+    rules = yaml.safe_load((PROM_DIR / "alerts.yml").read_text())
+    used = {n for g in rules["groups"] for r in g["rules"] for n in re.findall(r"\b(slidingwindow_\w+)", r["expr"])}
+    assert used and used <= known, used - known
