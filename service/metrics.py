@@ -293,6 +293,7 @@ class LagPoller:
         self._thread: threading.Thread | None = None
         self._consumer: Any = None
         self._end_offsets = end_offsets or self._broker_end_offsets
+        self._warned = False
 
     def update(self, end_offset: Any) -> None:
         offs = _parse_offsets(end_offset)
@@ -321,8 +322,11 @@ class LagPoller:
             ends = self._end_offsets(sorted(processed))
         except Exception as e:  # the broker may be briefly unreachable; keep the last values
             lag_poll_errors.inc()
-            logger.debug("cannot read end offsets: %s", e)
+            (logger.debug if self._warned else logger.warning)("cannot read the input end offsets (consumer lag "
+                                                               "is stale): %s", e)
+            self._warned = True
             return
+        self._warned = False
         for (t, p), end in ends.items():
             consumer_lag.labels(t, str(p)).set(max(end - processed[(t, p)], 0))
 

@@ -111,3 +111,23 @@ def test_promtool_check_metrics_on_the_exposition():
     text = generate_latest(REGISTRY)
     r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=60)
     assert r.returncode == 0, (r.stdout + r.stderr).decode()
+
+
+def test_lag_poller_keeps_the_last_value_when_the_broker_is_unreachable():
+    calls = []
+
+    def ends(parts):
+        calls.append(parts)
+        if len(calls) > 1:
+            raise RuntimeError("broker down")
+        return {p: 100 for p in parts}
+
+    lag = LagPoller({}, end_offsets=ends)
+    lag.poll_once()  # nothing processed yet: no query
+    assert calls == []
+    lag.update({"lagtopic": {"0": 40}})
+    lag.poll_once()
+    errors = val("slidingwindow_consumer_lag_poll_errors_total")
+    lag.poll_once()
+    assert val("slidingwindow_consumer_lag_records", topic="lagtopic", partition="0") == 60
+    assert val("slidingwindow_consumer_lag_poll_errors_total") == errors + 1
