@@ -206,6 +206,7 @@ def main() -> int:
     from service.job import build_spark
     from service.settings import Settings
 
+    load_before = f"{os.getloadavg()[0]:.1f}"
     work = Path(tempfile.mkdtemp(prefix="sw-bench-"))
     broker = None
     bootstrap = args.bootstrap_servers
@@ -289,7 +290,8 @@ def main() -> int:
     lines = [
         f"\n### {time.strftime('%Y-%m-%d %H:%M')} - {args.records} records, {args.keys} keys, event rate "
         f"{args.event_rate:.0f}/s, td {args.td} ms, grace {args.grace} ms, {args.ooo:.0%} out of order, "
-        f"{args.partitions} input partitions, batch {args.batch}, {os.cpu_count()} cores\n",
+        f"{args.partitions} input partitions, batch {args.batch}, hop {args.hop} ms (built-in), "
+        f"{os.cpu_count()} cores, load average {load_before} before / {os.getloadavg()[0]:.1f} after\n",
         "| query | steady rows/s | overall rows/s | first batch s | batch s p50 | batch s max | batches |",
         "|---|---|---|---|---|---|---|",
     ]

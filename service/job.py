@@ -121,6 +121,7 @@ class WindowTaskProcessor(_StatefulProcessorBase):  # type: ignore[misc,valid-ty
         self.buckets_state = handle.getMapState("buckets", "b int", "data binary")
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+        import numpy as np
         import pandas as pd
 
         topic, partition = key[0], int(key[1])
@@ -145,19 +146,26 @@ class WindowTaskProcessor(_StatefulProcessorBase):  # type: ignore[misc,valid-ty
         )
         s = out.stats
         n = len(out)
-        headers = [None if h is None else [{"key": hk, "value": hv} for hk, hv in h] for h in out.headers]
-        data: dict[str, Any] = {
-            "kind": out.kind + ["stats"],
-            "topic": out.topic + [None],
-            "key": out.key + [None],
-            "value": out.value + [None],
-            "headers": headers + [None],
-            "task_topic": [topic] * (n + 1),
-            "task_partition": [partition] * (n + 1),
-        }
+        if n:
+            headers = [None if h is None else [{"key": hk, "value": hv} for hk, hv in h] for h in out.headers]
+            nulls = pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
+            rows: dict[str, Any] = {
+                "kind": out.kind,
+                "topic": out.topic,
+                "key": out.key,
+                "value": out.value,
+                "headers": headers,
+                "task_topic": pd.Series([None] * n, dtype=object),
+                "task_partition": nulls,
+            }
+            for name in STATS_FIELDS:
+                rows[f"s_{name}"] = nulls
+            yield pd.DataFrame(rows)
+        stats: dict[str, Any] = {"kind": ["stats"], "topic": [None], "key": [None], "value": [None],
+                                 "headers": [None], "task_topic": [topic], "task_partition": [partition]}
         for name in STATS_FIELDS:
-            data[f"s_{name}"] = pd.array([None] * n + [s[name]], dtype="Int64")
-        yield pd.DataFrame(data)
+            stats[f"s_{name}"] = [int(s[name])]
+        yield pd.DataFrame(stats)
 
     def close(self) -> None:
         pass

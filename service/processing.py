@@ -236,9 +236,12 @@ class TaskRunner:
             ckeys, cvalues = self.encoder.encode_columns(columns, emit_time)
         else:
             ckeys, cvalues = self.encoder.encode(updates, emit_time)
-        ctopic = cfg.changelog_topic
-        for k, v in zip(ckeys, cvalues):
-            out.add("changelog", ctopic, k, v, None)
+        n_out = len(ckeys)
+        out.kind.extend(["changelog"] * n_out)
+        out.topic.extend([cfg.changelog_topic] * n_out)
+        out.key.extend(ckeys)
+        out.value.extend(cvalues)
+        out.headers.extend([None] * n_out)
 
         stats["aggregated"] = len(good) - len(late_rows)
         if good:
