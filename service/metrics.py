@@ -25,7 +25,7 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["REGISTRY", "METRICS", "record_progress", "serve", "set_build_info", "LagPoller", "BulkHistogram",
+__all__ = ["REGISTRY", "METRICS", "record_progress", "record_idle", "serve", "set_build_info", "LagPoller", "BulkHistogram",
            "LATENESS_BUCKETS_MS", "LATENCY_BUCKETS_MS", "PREFIX"]
 
 logger = logging.getLogger(__name__)
@@ -108,7 +108,8 @@ e2e_latency = BulkHistogram(P + "end_to_end_latency_seconds",
 batch_duration = Histogram(P + "micro_batch_duration_seconds", "Micro-batch wall time",
                            buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128), registry=REGISTRY)
 batches = Counter(P + "micro_batches_total", "Micro-batches completed (with or without data)", registry=REGISTRY)
-last_progress = Gauge(P + "last_progress_timestamp_seconds", "Wall time of the last query progress (epoch s)",
+last_progress = Gauge(P + "last_progress_timestamp_seconds", "Wall time of the last query progress or idle "
+                      "event (epoch s; 0: none yet)",
                       registry=REGISTRY)
 stream_time = Gauge(P + "stream_time_seconds", "Largest task stream time (event time, epoch seconds)",
                     registry=REGISTRY)
@@ -257,6 +258,11 @@ def record_progress(observed: Mapping[str, Any], progress: Mapping[str, Any], la
         state_rows.set(rows)
         state_bytes.labels("memory").set(mem)
         state_bytes.labels("sst").set(sst)
+
+
+def record_idle() -> None:
+    """The query reported that it is idle (no new input): it is alive."""
+    last_progress.set(time.time())
 
 
 # -------------------------------------------------------------------------------------------------- consumer lag

@@ -135,7 +135,7 @@ def _listener(on_batch: Callable[[BatchReport], None], lag: metrics.LagPoller | 
                 on_batch(report)
 
         def onQueryIdle(self, event: Any) -> None:
-            pass
+            metrics.record_idle()  # the query is alive, just without new input
 
         def onQueryTerminated(self, event: Any) -> None:
             if event.exception:
