@@ -62,3 +62,18 @@ def test_rules_only_use_defined_metrics():
     rules = yaml.safe_load((PROM_DIR / "alerts.yml").read_text())
     used = {n for g in rules["groups"] for r in g["rules"] for n in re.findall(r"\b(slidingwindow_\w+)", r["expr"])}
     assert used and used <= known, used - known
+
+
+def test_make_test_installs_prometheus_and_ci_runs_only_make_test():
+    import re
+
+    root = PROM_DIR.parents[1]
+    makefile = (root / "Makefile").read_text()
+    m = re.search(r"^test:(.*)$", makefile, re.M)
+    assert m and "prometheus" in m.group(1).split()
+    rule = makefile[makefile.index("\nprometheus:"):].split("\n\n")[0]
+    assert "command -v promtool" in rule and "install-promtool.sh" in rule
+    script = (PROM_DIR / "install-promtool.sh").read_text()
+    assert "apt-get install" in script and "policy-rc.d" in script  # no daemon started by the package
+    ci = [ln for ln in (root / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert ci[-1].strip() == "make test"
