@@ -209,6 +209,11 @@ def test_every_alert_expression_evaluates(run):
     # this run dead-lettered records: that alert's expression has a result (the others are quiet)
     assert prom.query(exprs["SlidingWindowDeadLetters"])["data"]["result"]
     assert not prom.query(exprs["SlidingWindowDown"])["data"]["result"]
+    # ... and Prometheus' own rule evaluation (every second here) has it firing
+    deadline = time.monotonic() + 30
+    while not prom.query('ALERTS{alertname="SlidingWindowDeadLetters", alertstate="firing"}')["data"]["result"]:
+        assert time.monotonic() < deadline, prom.api("alerts")
+        time.sleep(1)
     # Prometheus evaluated the loaded rules itself without error
     groups = prom.api("rules")["data"]["groups"]
     health = {r["name"]: (r["health"], r.get("lastError", "")) for g in groups for r in g["rules"]}
