@@ -169,6 +169,8 @@ def test_metrics_equal_the_records_sent_through(run):
     for p in range(PARTITIONS):
         assert m("slidingwindow_consumer_lag_records", topic=t["in"], partition=str(p)) == 0
     assert m("slidingwindow_micro_batch_duration_seconds_count") >= 3
+    log = (run["tmp"] / "service.log").read_text(errors="replace")
+    assert "Traceback" not in log and "cannot read query progress" not in log and "end offsets" not in log
     build = [s for s in text.splitlines() if s.startswith("slidingwindow_build_info{")]
     assert len(build) == 1 and build[0].endswith(" 1.0")
 
