@@ -257,7 +257,7 @@ def observed_columns():
     # per-task absolute values (one stats row per task: a short list) for the per-task gauges in service.metrics
     cols.append(F.collect_list(F.when(F.col("kind") == "stats", F.struct(
         F.col("task_topic").alias("topic"), F.col("task_partition").alias("partition"),
-        F.col("s_state_windows").alias("windows")))).alias("tasks"))
+        F.col("s_state_windows").alias("windows"), F.col("s_stream_time").alias("stream_time")))).alias("tasks"))
     return cols
 
 

@@ -113,6 +113,9 @@ last_progress = Gauge(P + "last_progress_timestamp_seconds", "Wall time of the l
                       registry=REGISTRY)
 stream_time = Gauge(P + "stream_time_seconds", "Largest task stream time (event time, epoch seconds)",
                     registry=REGISTRY)
+partition_stream_time = Gauge(P + "partition_stream_time_seconds", "Stream time of each input partition's task "
+                              "(event time, epoch seconds; windows close by it)", ["topic", "partition"],
+                              registry=REGISTRY)
 input_rate = Gauge(P + "input_rows_per_second", "Input rows per second (Spark progress)", registry=REGISTRY)
 processed_rate = Gauge(P + "processed_rows_per_second", "Processed rows per second (Spark progress)",
                        registry=REGISTRY)
@@ -140,8 +143,8 @@ lag_poll_errors = Counter(P + "consumer_lag_poll_errors_total", "Failed broker e
 METRICS: dict[str, Any] = {m._name: m for m in (
     build_info, records_consumed, records_aggregated, records_dropped, records_dead_lettered, records_produced,
     windows_created, windows_updated, windows_expired, windows_skipped, record_lateness, e2e_latency,
-    batch_duration, batches, last_progress, stream_time, input_rate, processed_rate, consumer_lag, offsets_behind,
-    state_windows, state_rows, state_bytes, state_buckets_written, state_cache_hits, task_batches, worker_seconds,
+    batch_duration, batches, last_progress, stream_time, partition_stream_time, input_rate, processed_rate,
+    consumer_lag, offsets_behind, state_windows, state_rows, state_bytes, state_buckets_written, state_cache_hits, task_batches, worker_seconds,
     lag_poll_errors)}
 
 # label values known up front (so every series exists from the first scrape, at 0)
@@ -228,7 +231,11 @@ def record_progress(observed: Mapping[str, Any], progress: Mapping[str, Any], la
     with _lock:
         for t in tasks:
             t = t.asDict() if hasattr(t, "asDict") else dict(t)
-            _task_windows[(str(t.get("topic")), _int(t.get("partition")))] = _int(t.get("windows"))
+            tp = (str(t.get("topic")), _int(t.get("partition")))
+            _task_windows[tp] = _int(t.get("windows"))
+            st = _int(t.get("stream_time"))
+            if st > 0:
+                partition_stream_time.labels(tp[0], str(tp[1])).set(st / 1000.0)
         if tasks:
             state_windows.set(sum(_task_windows.values()))
 

@@ -78,8 +78,8 @@ def test_record_progress_updates_every_metric():
                 "changelog": 60, "windows_created": 20, "windows_updated": 40, "stream_time": 1_700_000_000_500,
                 "lateness_ms_sum": 3000, "latency_ms_sum": 17000,
                 **{f"lateness_b{i}": c for i, c in enumerate(lat)}, **{f"latency_b{i}": c for i, c in enumerate(e2e)},
-                "tasks": [{"topic": "in", "partition": 0, "windows": 30}, {"topic": "in", "partition": 1,
-                                                                           "windows": 12}]}
+                "tasks": [{"topic": "in", "partition": 0, "windows": 30, "stream_time": 1_700_000_000_500},
+                          {"topic": "in", "partition": 1, "windows": 12, "stream_time": 1_699_999_999_000}]}
     progress = {"durationMs": {"triggerExecution": 1500}, "inputRowsPerSecond": 55.5,
                 "processedRowsPerSecond": 66.6,
                 "sources": [{"endOffset": '{"in":{"0":60,"1":40}}', "metrics": {"maxOffsetsBehindLatest": "5"}}],
@@ -98,6 +98,7 @@ def test_record_progress_updates_every_metric():
         before["slidingwindow_end_to_end_latency_seconds_count"] == 85
     assert val("slidingwindow_stream_time_seconds") == pytest.approx(1_700_000_000.5)
     assert val("slidingwindow_state_windows") == 42
+    assert val("slidingwindow_partition_stream_time_seconds", topic="in", partition="1") == pytest.approx(1_699_999_999)
     assert val("slidingwindow_state_store_bytes", kind="sst") == 4321
     assert val("slidingwindow_input_rows_per_second") == 55.5
     assert val("slidingwindow_max_offsets_behind_latest_records") == 5

@@ -168,6 +168,10 @@ def test_metrics_equal_the_records_sent_through(run):
     assert abs(m("slidingwindow_stream_time_seconds") - max_ts / 1000) < 0.001
     for p in range(PARTITIONS):
         assert m("slidingwindow_consumer_lag_records", topic=t["in"], partition=str(p)) == 0
+        part_max = max(e.timestamp for e in events if e.partition == p and e.note != "late"
+                       and not e.note.startswith("bad"))
+        assert m("slidingwindow_partition_stream_time_seconds", topic=t["in"], partition=str(p)) == \
+            pytest.approx(part_max / 1000, abs=0.001)
     assert m("slidingwindow_micro_batch_duration_seconds_count") >= 3
     log = (run["tmp"] / "service.log").read_text(errors="replace")
     assert "Traceback" not in log and "cannot read query progress" not in log and "end offsets" not in log
