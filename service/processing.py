@@ -334,15 +334,54 @@ def _decode_bucket(data: bytes | None) -> dict[str, bytes]:
     return {} if data is None else pickle.loads(data)
 
 
+class _BucketSource:
+    """The processor's key loader: key -> blob from its bucket, each bucket read from the state once.
+
+    A processor kept in the worker cache outlives the micro-batch (and Spark's state handles) it was created
+    in, so the source is re-pointed at each micro-batch's :class:`TaskState` (:meth:`bind`); a stale handle is
+    never used."""
+
+    __slots__ = ("state", "n_buckets", "buckets", "loaded", "read_ns")
+
+    def __init__(self, n_buckets: int) -> None:
+        self.state: TaskState | None = None
+        self.n_buckets = n_buckets
+        self.buckets: dict[int, dict[str, bytes]] = {}
+        self.loaded = 0
+        self.read_ns = 0
+
+    def bind(self, state: TaskState) -> None:
+        self.state = state
+        self.loaded = 0
+        self.read_ns = 0
+
+    def release(self) -> None:
+        self.state = None
+
+    def bucket(self, b: int) -> dict[str, bytes]:
+        data = self.buckets.get(b)
+        if data is None:
+            if self.state is None:
+                raise RuntimeError("state read outside of a micro-batch")
+            t = time.perf_counter_ns()
+            self.loaded += 1
+            data = self.buckets[b] = _decode_bucket(self.state.get_bucket(b))
+            self.read_ns += time.perf_counter_ns() - t
+        return data
+
+    def __call__(self, key: Any) -> bytes | None:
+        return self.bucket(bucket_of(key, self.n_buckets)).get(key)
+
+
 class _Cached:
     """A task's processor kept in a Python worker between micro-batches, valid while ``token`` matches."""
 
-    __slots__ = ("token", "proc", "buckets")
+    __slots__ = ("token", "proc", "source")
 
-    def __init__(self, token: str, proc: SlidingWindowProcessor, buckets: dict[int, dict[str, bytes]]) -> None:
+    def __init__(self, token: str, proc: SlidingWindowProcessor, source: _BucketSource) -> None:
         self.token = token
         self.proc = proc
-        self.buckets = buckets
+        self.source = source
 
 
 #: worker-side cache: (task config, topic, partition) -> _Cached. Python workers are reused across micro-batches
@@ -367,9 +406,7 @@ def process_task_batch(
     lazily - or the worker's cached processor when the state token matches), process the records (offset
     order), expire, write back the changed buckets and the task record with a new token."""
     cfg = runner.config
-    buckets, use_cache = cfg.state_buckets, cfg.state_cache
-    loaded = 0
-    read_ns = 0
+    use_cache = cfg.state_cache
     t_start = time.perf_counter_ns()
     task = state.get_task()
     cache_key = (cfg, topic, partition)
@@ -377,66 +414,53 @@ def process_task_batch(
     if task is not None:
         meta, token, n_buckets = task
     else:
-        meta, token, n_buckets = None, "", buckets
-    bucket_data: dict[int, dict[str, bytes]]
+        meta, token, n_buckets = None, "", cfg.state_buckets
     hit = cached is not None and use_cache and task is not None and cached.token == token
     if hit:
-        proc = cached.proc  # type: ignore[union-attr]
-        bucket_data = cached.buckets  # type: ignore[union-attr]
+        proc, source = cached.proc, cached.source  # type: ignore[union-attr]
+        source.bind(state)
     else:
-        bucket_data = {}
-
-        def loader(k: Any) -> bytes | None:
-            nonlocal loaded, read_ns
-            t = time.perf_counter_ns()
-            b = bucket_of(k, n_buckets)
-            data = bucket_data.get(b)
-            if data is None:
-                loaded += 1
-                data = bucket_data[b] = _decode_bucket(state.get_bucket(b))
-            read_ns += time.perf_counter_ns() - t
-            return data.get(k)
-
+        source = _BucketSource(n_buckets)
+        source.bind(state)
         proc = SlidingWindowProcessor.from_state(
-            cfg.windows, parse_aggregations(cfg.aggregations), cfg.emit, meta, loader, **cfg.processor_options(),
+            cfg.windows, parse_aggregations(cfg.aggregations), cfg.emit, meta, source, **cfg.processor_options(),
         )
-    read_ns += time.perf_counter_ns() - t_start
-    out = runner.run(proc, topic, partition, offsets, keys, values, timestamps, emit_time_ms)
+    read_start = time.perf_counter_ns() - t_start
+    try:
+        out = runner.run(proc, topic, partition, offsets, keys, values, timestamps, emit_time_ms)
 
-    t0 = time.perf_counter_ns()
-    read_before_write = read_ns
-    expired_before = proc.store.expired
-    proc.expire()
-    changed: dict[int, dict[str, bytes | None]] = {}
-    for k, blob in proc.export_keys(proc.dirty_keys()).items():
-        changed.setdefault(bucket_of(k, n_buckets), {})[k] = blob
-    written = deleted = 0
-    for b, entries in changed.items():
-        data = bucket_data.get(b)
-        if data is None:  # a bucket no key was loaded from (new keys only): read before rewriting it
-            t = time.perf_counter_ns()
-            loaded += 1
-            data = bucket_data[b] = _decode_bucket(state.get_bucket(b))
-            read_ns += time.perf_counter_ns() - t
-        for k, blob in entries.items():
-            if blob is None:
-                data.pop(k, None)
+        t0 = time.perf_counter_ns()
+        read_before_write = source.read_ns
+        expired_before = proc.store.expired
+        proc.expire()
+        changed: dict[int, dict[str, bytes | None]] = {}
+        for k, blob in proc.export_keys(proc.dirty_keys()).items():
+            changed.setdefault(bucket_of(k, n_buckets), {})[k] = blob
+        written = deleted = 0
+        for b, entries in changed.items():
+            data = source.bucket(b)  # a bucket no key was loaded from (new keys only) is read before rewriting
+            for k, blob in entries.items():
+                if blob is None:
+                    data.pop(k, None)
+                else:
+                    data[k] = blob
+            if data:
+                state.put_bucket(b, pickle.dumps(data, protocol=5))
+                written += 1
             else:
-                data[k] = blob
-        if data:
-            state.put_bucket(b, pickle.dumps(data, protocol=5))
-            written += 1
-        else:
-            state.delete_bucket(b)
-            bucket_data.pop(b, None)
-            deleted += 1
-    proc.clear_dirty_keys()
-    new_token = uuid.uuid4().hex
-    state.set_task(proc.export_meta(), new_token, n_buckets)
+                state.delete_bucket(b)
+                source.buckets.pop(b, None)
+                deleted += 1
+        proc.clear_dirty_keys()
+        new_token = uuid.uuid4().hex
+        state.set_task(proc.export_meta(), new_token, n_buckets)
+    finally:
+        source.release()
     if use_cache:
         if len(_CACHE) >= CACHE_MAX_TASKS:
             _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[cache_key] = _Cached(new_token, proc, bucket_data)
+        _CACHE[cache_key] = _Cached(new_token, proc, source)
+    loaded, read_ns = source.loaded, source.read_ns + read_start
     s = out.stats
     s["windows_expired"] += proc.store.expired - expired_before
     s["state_cache_hit"] = int(hit)
@@ -446,6 +470,6 @@ def process_task_batch(
     s["state_buckets_deleted"] = deleted
     s["state_keys_written"] = sum(1 for e in changed.values() for v in e.values() if v is not None)
     s["state_read_ns"] = read_ns
-    s["state_write_ns"] = time.perf_counter_ns() - t0 - (read_ns - read_before_write)
+    s["state_write_ns"] = time.perf_counter_ns() - t0 - (source.read_ns - read_before_write)
     s["process_ns"] = time.perf_counter_ns() - t_start
     return out

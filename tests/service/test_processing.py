@@ -13,7 +13,7 @@ import pytest
 
 from connectors.output import ChangelogSpec
 from connectors.serde import InputSpec, aggregation_fields
-from service.processing import DictTaskState, TaskConfig, TaskRunner, process_task_batch
+from service.processing import DictTaskState, TaskConfig, TaskRunner, TaskState, process_task_batch
 from tests.service.events import payment_events, replay
 
 AGGS = "count,sum:amount,max:amount"
@@ -24,6 +24,41 @@ def config(emit: str, td: int = 1000, grace: int = 300, batch: bool = True, buck
     return TaskConfig(td, grace, AGGS, emit, InputSpec(fields=aggregation_fields(AGGS), **spec_kw),
                       ChangelogSpec("json", "json", AGGS), "out", "late", "dlq", batch=batch, state_buckets=buckets,
                       state_cache=cache)
+
+
+class BatchView(TaskState):
+    """A micro-batch's handle on the task state: like Spark's state handles it is dead after the batch."""
+
+    def __init__(self, state: DictTaskState) -> None:
+        self.state = state
+        self.open = True
+
+    def _s(self) -> DictTaskState:
+        assert self.open, "a state handle of an earlier micro-batch was used"
+        return self.state
+
+    def get_task(self):
+        return self._s().get_task()
+
+    def set_task(self, meta, token, buckets):
+        self._s().set_task(meta, token, buckets)
+
+    def get_bucket(self, bucket):
+        return self._s().get_bucket(bucket)
+
+    def put_bucket(self, bucket, data):
+        self._s().put_bucket(bucket, data)
+
+    def delete_bucket(self, bucket):
+        self._s().delete_bucket(bucket)
+
+
+def batch(runner, state, *args, **kw):
+    view = BatchView(state)
+    try:
+        return process_task_batch(runner, view, *args, **kw)
+    finally:
+        view.open = False
 
 
 def run_in_batches(cfg: TaskConfig, events, seed: int = 1, fail_every: int = 0, states=None):
@@ -51,13 +86,13 @@ def run_in_batches(cfg: TaskConfig, events, seed: int = 1, fail_every: int = 0, 
             n += 1
             if fail_every and n % fail_every == 0:
                 saved = copy.deepcopy((state.task, state.buckets))
-                first = process_task_batch(runner, state, *args, emit_time_ms=5)
+                first = batch(runner, state, *args, emit_time_ms=5)
                 state.task, state.buckets = saved  # the batch never committed
-                out = process_task_batch(runner, state, *args, emit_time_ms=5)
+                out = batch(runner, state, *args, emit_time_ms=5)
                 assert (out.key, out.value) == (first.key, first.value)
                 assert out.stats["state_cache_hit"] == 0  # the stale cache entry was not used
             else:
-                out = process_task_batch(runner, state, *args, emit_time_ms=5)
+                out = batch(runner, state, *args, emit_time_ms=5)
             for kind, key, value, headers in zip(out.kind, out.key, out.value, out.headers):
                 rows[kind].append((p, key, value, dict(headers or [])))
             totals["batches"] += 1
@@ -143,6 +178,24 @@ def test_idle_keys_leave_the_state_store():
         for data in st.buckets.values():
             remaining |= set(pickle.loads(data))
     assert remaining and remaining <= {f"acct-{k}" for k in range(6)}
+    exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit="update")
+    final = {}
+    for _p, _k, value, _h in rows["changelog"]:
+        v = json.loads(value)
+        final[(v["key"], v["window_start"], v["window_end"])] = (v["aggregates"], v["record_count"],
+                                                                 v["max_timestamp"])
+    assert final == exp.final
+
+
+def test_cached_processor_loads_new_keys_through_the_current_batch():
+    """A key the cached processor has not loaded yet (its last miss loaded only the keys it touched) is loaded
+    with the CURRENT batch's state handle."""
+    early = payment_events(400, keys=30, seed=31, bad_fraction=0, late_fraction=0)
+    events = early + payment_events(400, keys=30, seed=32, bad_fraction=0, late_fraction=0,
+                                    base_ts=early[-1].timestamp + 1)
+    cfg = config("update", buckets=16)
+    rows, totals = run_in_batches(cfg, events, seed=4, fail_every=3)
+    assert totals["state_cache_hit"] > 0
     exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit="update")
     final = {}
     for _p, _k, value, _h in rows["changelog"]:
