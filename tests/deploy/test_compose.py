@@ -165,6 +165,7 @@ def test_spark_cluster_profile_shares_the_checkpoint():
     assert worker["profiles"] == ["cluster"] and SERVICES["spark-master"]["profiles"] == ["cluster"]
     assert set(worker["volumes"]) == set(SERVICES["service"]["volumes"])
     assert "spark://spark-master:7077" in worker["entrypoint"]
+    assert SERVICES["service"]["hostname"] == "service"  # the driver host executors connect back to
 
 
 def test_dockerfile_bakes_the_connector_jars_and_runs_the_service():
