@@ -4,23 +4,20 @@ from __future__ import annotations
 
 import yaml
 
-from tests.deploy.promtool import PROM_DIR, needs_promtool, promtool
+from tests.deploy.promtool import PROM_DIR, promtool
 
 
-@needs_promtool
 def test_promtool_check_config():
     r = promtool("check", "config", "prometheus.yml")
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-@needs_promtool
 def test_promtool_check_rules():
     r = promtool("check", "rules", "alerts.yml")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "SUCCESS: 5 rules found" in r.stdout
 
 
-@needs_promtool
 def test_promtool_test_rules():
     r = promtool("test", "rules", "alerts_test.yml")
     assert r.returncode == 0, r.stdout + r.stderr

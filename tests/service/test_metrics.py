@@ -3,7 +3,6 @@ and ``promtool check metrics`` on the exposition."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import numpy as np
@@ -106,8 +105,10 @@ def test_record_progress_updates_every_metric():
     assert val("slidingwindow_consumer_lag_records", topic="in", partition="1") == 0
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (make test installs it)")
 def test_promtool_check_metrics_on_the_exposition():
+    from tests.deploy.promtool import ensure_prometheus
+
+    ensure_prometheus()
     metrics.set_build_info()
     text = generate_latest(REGISTRY)
     r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=60)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 import threading
 import time
@@ -27,12 +26,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service.processing import DESERIALIZATION_REASONS
 from tests.deploy.prometheus_server import PrometheusServer, free_port
+from tests.deploy.promtool import ensure_prometheus
 from tests.service.events import payment_events, replay
 from tests.service.harness import ServiceProcess, consume_all, produce, wait_until_committed
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(shutil.which("prometheus") is None or shutil.which("promtool") is None,
-                                 reason="prometheus/promtool not installed (make test installs them)")]
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "slidingwindow.json"
@@ -66,6 +64,7 @@ def run(kafka_bootstrap, tmp_path_factory):
     facts; stops both."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    ensure_prometheus()  # from the distribution's packages, as make test does
     tmp = tmp_path_factory.mktemp("observability")
     suffix = f"{time.monotonic_ns()}"
     topics = {k: f"obs-{k}-{suffix}" for k in ("in", "out", "late", "dlq")}
