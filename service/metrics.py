@@ -25,8 +25,8 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["REGISTRY", "METRICS", "record_progress", "record_idle", "serve", "set_build_info", "LagPoller", "BulkHistogram",
-           "LATENESS_BUCKETS_MS", "LATENCY_BUCKETS_MS", "PREFIX"]
+__all__ = ["REGISTRY", "METRICS", "record_progress", "record_idle", "serve", "set_build_info", "set_config_info",
+           "LagPoller", "BulkHistogram", "LATENESS_BUCKETS_MS", "LATENCY_BUCKETS_MS", "PREFIX"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +85,8 @@ class BulkHistogram(Collector):
 # -------------------------------------------------------------------------------------------------- the metrics
 build_info = Gauge(P + "build_info", "Build information (always 1)", ["version", "pyspark", "python"],
                    registry=REGISTRY)
+config_info = Gauge(P + "config_info", "The running configuration (always 1): emit mode, input and changelog format",
+                    ["mode", "input_format", "changelog_format"], registry=REGISTRY)
 records_consumed = Counter(P + "records_consumed_total", "Input records read from Kafka", registry=REGISTRY)
 records_aggregated = Counter(P + "records_aggregated_total", "Input records accepted into windows", registry=REGISTRY)
 records_dropped = Counter(P + "records_dropped_total",
@@ -141,7 +143,7 @@ lag_poll_errors = Counter(P + "consumer_lag_poll_errors_total", "Failed broker e
                           registry=REGISTRY)
 
 METRICS: dict[str, Any] = {m._name: m for m in (
-    build_info, records_consumed, records_aggregated, records_dropped, records_dead_lettered, records_produced,
+    build_info, config_info, records_consumed, records_aggregated, records_dropped, records_dead_lettered, records_produced,
     windows_created, windows_updated, windows_expired, windows_skipped, record_lateness, e2e_latency,
     batch_duration, batches, last_progress, stream_time, partition_stream_time, input_rate, processed_rate,
     consumer_lag, offsets_behind, state_windows, state_rows, state_bytes, state_buckets_written, state_cache_hits, task_batches, worker_seconds,
@@ -168,6 +170,11 @@ def set_build_info() -> None:
             return "unknown"
 
     build_info.labels(v("slidingwindow"), v("pyspark"), platform.python_version()).set(1)
+
+
+def set_config_info(mode: str, input_format: str, changelog_format: str) -> None:
+    config_info.clear()
+    config_info.labels(mode, input_format, changelog_format).set(1)
 
 
 def serve(port: int) -> None:

@@ -159,6 +159,7 @@ def run(
     stop = stop or threading.Event()
     t0 = time.monotonic()
     config = prepare(settings)
+    metrics.set_config_info(settings.emit, settings.input_format, settings.changelog_format)
     metrics.serve(settings.metrics_port)
     spark = build_spark(settings)
     logger.info("Spark %s session ready in %.1fs (master %s)", spark.version, time.monotonic() - t0,

@@ -32,7 +32,8 @@ def test_names_follow_the_conventions():
             assert name.endswith("_seconds"), name
     labels = {lab.split("=")[0] for ln in text.splitlines() if "{" in ln and not ln.startswith("#")
               for lab in ln[ln.index("{") + 1:ln.index("}")].split(",")}
-    assert labels <= {"reason", "kind", "phase", "topic", "partition", "le", "version", "pyspark", "python"}
+    assert labels <= {"reason", "kind", "phase", "topic", "partition", "le", "version", "pyspark", "python", "mode",
+                      "input_format", "changelog_format"}
 
 
 def test_bulk_histogram_equals_a_histogram_of_the_same_observations():
@@ -110,6 +111,7 @@ def test_promtool_check_metrics_on_the_exposition():
 
     ensure_prometheus()
     metrics.set_build_info()
+    metrics.set_config_info("update", "json", "avro")
     text = generate_latest(REGISTRY)
     r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=60)
     assert r.returncode == 0, (r.stdout + r.stderr).decode()

@@ -176,6 +176,7 @@ def test_metrics_equal_the_records_sent_through(run):
     assert "Traceback" not in log and "cannot read query progress" not in log and "end offsets" not in log
     build = [s for s in text.splitlines() if s.startswith("slidingwindow_build_info{")]
     assert len(build) == 1 and build[0].endswith(" 1.0")
+    assert m("slidingwindow_config_info", mode="update", input_format="json", changelog_format="json") == 1
 
 
 def test_promtool_check_metrics_on_a_real_scrape(run):
