@@ -74,3 +74,13 @@ def test_make_test_installs_prometheus_and_ci_runs_only_make_test():
     assert "apt-get install" in script and "policy-rc.d" in script  # no daemon started by the package
     ci = [ln for ln in (root / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
     assert ci[-1].strip() == "make test"
+
+
+def test_alert_job_selectors_name_the_scrape_job():
+    import re
+
+    cfg = yaml.safe_load((PROM_DIR / "prometheus.yml").read_text())
+    jobs = {j["job_name"] for j in cfg["scrape_configs"]}
+    rules = yaml.safe_load((PROM_DIR / "alerts.yml").read_text())
+    selected = {m for g in rules["groups"] for r in g["rules"] for m in re.findall(r'job="([^"]+)"', r["expr"])}
+    assert selected and selected <= jobs
