@@ -1,0 +1,535 @@
+"""Side-by-side benchmark on one local broker: this service, Kafka Streams, Spark's built-in hopping windows, a plain loop.
+
+    .venv/bin/python bench/side_by_side.py [--records 200000] [--cells inorder-10,ooo-10,inorder-1000,ooo-1000]
+        [--systems kstreams,service,builtin,plain] [--live-rate 1000] [--live-seconds 20] [--out bench/RESULTS.md]
+        [--plots bench/plots]
+
+One local Kafka broker (``connectors.local_broker``) for everything. For each *cell* (order x records per window):
+
+1. **backlog** - one generator writes the same ``--records`` JSON records ``{"amount": a, "sent": wall-clock ms}``
+   (identical keys, values and record timestamps; one seeded generator) to one input topic *per system* (each
+   system's live phase appends to its own topic, so the backlogs must not be shared). Event time advances at
+   ``density * keys / td`` records per second of event time, so every key has ``density`` records per window of
+   ``--td``: density 10 uses 10,000 keys, density 1,000 uses 100 keys (10,000 keys cannot hold 1,000 records per
+   window in a few hundred thousand records). ``ooo``: 5% of the records get their timestamp moved back by
+   1..``--grace`` ms (out of order, never late).
+2. Each system runs in turn as its own process (tree), from the earliest offset of its topic:
+   ``kstreams`` (bench/kstreams_app, SlidingWindows count+sum+max(sent), default record cache, commit interval
+   ``--commit-ms``, ``--partitions`` stream threads), ``service`` (``service.job.start_query`` exactly as
+   bench/service_bench.py runs it: emit update, JSON, ``max_offsets_per_trigger`` = ``--batch``, trigger 0),
+   ``builtin`` (Spark's ``groupBy(window(ts, td, td/10), key)`` with a watermark of ``--grace``, the same query as
+   service_bench's plus max(sent), same batch size) and ``plain`` (bench/plain_loop.py).
+3. **live** - once the process has consumed the backlog, the driver produces ``--live-rate`` records/s for
+   ``--live-seconds`` to the same topic with record timestamp = wall clock (5% moved back in ``ooo``) and
+   ``density * live_keys / td = live-rate`` (so the live phase has the cell's density too: 1,000 keys at 10 per
+   window, 10 keys at 1,000), then waits for the output to settle and stops the process.
+
+Figures (every output topic is created with ``message.timestamp.type=LogAppendTime``, so an output record's
+timestamp is the broker's wall clock when it was appended, for every system alike):
+
+* **records/s** = backlog records / (last - first append time of the outputs caused by the backlog). Sustained rate
+  as the brief defines it; it leaves out start-up and, for the micro-batch systems, the first micro-batch (slightly
+  optimistic for them: with 200k records and 20k per batch by ~10%). ``drain s`` (start of the process to backlog
+  consumed, start-up included) is printed too.
+* **latency p50/p99** (live phase only) = output append time - ``max(sent)`` of the window the output describes,
+  i.e. from the moment the newest record in that window was handed to the producer until the update that includes
+  it is readable on the output topic. For the plain loop: append time - the record's ``sent``.
+* **peak RSS** = the largest sum of VmRSS over the process and all its descendants (JVM, Python workers), sampled
+  every 0.5 s. Each JVM gets ``-Xmx1g`` (Spark's driver default of 1g; the same for the Kafka Streams app).
+
+Ratios are to Kafka Streams in the same cell (same run, same load). Prints a Markdown table; ``--out`` appends it
+with the command line and load averages; ``--plots`` writes throughput.png and latency.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+KSTREAMS_DIR = ROOT / "bench" / "kstreams_app"
+SYSTEMS = ("kstreams", "service", "builtin", "plain")
+
+
+# ------------------------------------------------------------------------------------------------- input
+
+
+def keys_for(density: int) -> int:
+    return 10_000 if density <= 100 else 100
+
+
+def produce_backlog(bootstrap, topics, n, keys, event_rate, grace_ms, ooo, seed=1):
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 10000,
+                  "queue.buffering.max.messages": 2000000, "compression.type": "none"})
+    rnd = random.Random(seed)
+    base = int(time.time() * 1000) - int(n / event_rate * 1000) - 60_000
+    for i in range(n):
+        ts = base + int(i * 1000 / event_rate)
+        if rnd.random() < ooo:
+            ts -= rnd.randint(1, grace_ms)
+        k = f"acct-{rnd.randrange(keys):05d}".encode()
+        v = b'{"amount": %d, "sent": %d}' % (rnd.randint(1, 1000), int(time.time() * 1000))
+        for t in topics:
+            while True:
+                try:
+                    p.produce(t, key=k, value=v, timestamp=ts)
+                    break
+                except BufferError:
+                    p.poll(0.1)
+        if i % 10000 == 0:
+            p.poll(0)
+    p.flush(300)
+
+
+class LiveProducer(threading.Thread):
+    def __init__(self, bootstrap, topic, rate, keys, grace_ms, ooo, seconds):
+        super().__init__(daemon=True)
+        from confluent_kafka import Producer
+
+        self.p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
+        self.topic, self.rate, self.keys, self.grace, self.ooo, self.seconds = (topic, rate, keys, grace_ms, ooo,
+                                                                                seconds)
+        self.sent = 0
+        self.start_ms = int(time.time() * 1000)
+
+    def run(self):
+        rnd = random.Random(2)
+        t0 = time.monotonic()
+        nxt = t0
+        while time.monotonic() - t0 < self.seconds:
+            now = int(time.time() * 1000)
+            ts = now - rnd.randint(1, self.grace) if rnd.random() < self.ooo else now
+            k = f"live-{rnd.randrange(self.keys):05d}".encode()
+            self.p.produce(self.topic, key=k, value=b'{"amount": %d, "sent": %d}' % (rnd.randint(1, 1000), now),
+                           timestamp=ts)
+            self.sent += 1
+            self.p.poll(0)
+            nxt += 1.0 / self.rate
+            d = nxt - time.monotonic()
+            if d > 0:
+                time.sleep(d)
+        self.p.flush(30)
+
+
+# ------------------------------------------------------------------------------------------------- processes
+
+
+def tree_rss_bytes(root_pid: int) -> int:
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                st = f.read()
+            ppid = int(st[st.rindex(")") + 2:].split()[1])
+            with open(f"/proc/{d}/status") as f:
+                kb = next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+        rss[int(d)] = kb * 1024
+    total, todo = 0, [root_pid]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo.extend(children.get(pid, []))
+    return total
+
+
+class Proc:
+    """A system under test: started in its own session, reports ``consumed N`` lines, RSS sampled."""
+
+    def __init__(self, cmd, log_path, env=None):
+        self.log = open(log_path, "w")
+        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True,
+                                  env=env, cwd=str(ROOT))
+        self.started = time.monotonic()
+        self.consumed = 0
+        self.first_input_at = None
+        self.peak_rss = 0
+        self.alive = True
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            if line.startswith("consumed "):
+                n = int(line.split()[1])
+                if n and self.first_input_at is None:
+                    self.first_input_at = time.monotonic()
+                self.consumed = n
+            else:
+                self.log.write(line)
+        self.alive = False
+
+    def _sample(self):
+        while self.alive and self.p.poll() is None:
+            self.peak_rss = max(self.peak_rss, tree_rss_bytes(self.p.pid))
+            time.sleep(0.5)
+
+    def wait_consumed(self, n, timeout):
+        t0 = time.monotonic()
+        while self.consumed < n:
+            if self.p.poll() is not None:
+                raise RuntimeError(f"process exited with {self.p.returncode} (log {self.log.name})")
+            if time.monotonic() - t0 > timeout:
+                raise TimeoutError(f"consumed {self.consumed} of {n} after {timeout:.0f}s (log {self.log.name})")
+            time.sleep(0.1)
+        return time.monotonic()
+
+    def stop(self):
+        self.alive = False
+        try:
+            os.killpg(self.p.pid, signal.SIGTERM)
+            self.p.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.p.pid, signal.SIGKILL)
+            self.p.wait(10)
+        except ProcessLookupError:
+            pass
+        self.log.close()
+
+
+def kstreams_classpath() -> str:
+    from connectors import versions
+
+    cp = KSTREAMS_DIR / "target" / "classpath.txt"
+    src = max(f.stat().st_mtime for f in (KSTREAMS_DIR / "src").rglob("*.java"))
+    if not cp.exists() or cp.stat().st_mtime < src or (KSTREAMS_DIR / "pom.xml").stat().st_mtime > cp.stat().st_mtime:
+        kafka = versions.jvm_versions().kafka
+        subprocess.run(["mvn", "-B", "-q", f"-Dkafka.version={kafka}", "package"], cwd=KSTREAMS_DIR, check=True)
+    return f"{KSTREAMS_DIR / 'target' / 'classes'}{os.pathsep}{cp.read_text().strip()}"
+
+
+def spark_settings(args, bootstrap, topic, out_topic, ckpt):
+    from service.settings import Settings
+
+    return Settings(bootstrap_servers=bootstrap, input_topics=topic, changelog_topic=out_topic,
+                    late_topic=f"{out_topic}-late", dead_letter_topic=f"{out_topic}-dlq", changelog_format="json",
+                    changelog_key_format="json", aggregations="count,sum:amount,max:sent",
+                    time_difference=args.td, grace=args.grace, emit="update", checkpoint_dir=ckpt, metrics_port=0,
+                    state_partitions=args.partitions, trigger_interval=0, spark_master=f"local[{args.cores}]",
+                    max_offsets_per_trigger=args.batch,
+                    spark_conf="spark.driver.memory=1g")
+
+
+def builtin_query(spark, bootstrap, topic, out_topic, ckpt, td_ms, hop_ms, grace_ms, batch):
+    """bench/service_bench.py's built-in query (count, sum, max over hopping windows) plus max(sent)."""
+    from pyspark.sql import functions as F
+
+    src = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+           .option("subscribe", topic).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(batch)))
+    v = F.col("value").cast("string")
+    df = src.load().select(F.col("key").cast("string").alias("k"), F.col("timestamp").alias("ts"),
+                           F.get_json_object(v, "$.amount").cast("long").alias("amount"),
+                           F.get_json_object(v, "$.sent").cast("long").alias("sent"))
+    agg = (df.withWatermark("ts", f"{grace_ms} milliseconds")
+           .groupBy(F.window("ts", f"{td_ms} milliseconds", f"{hop_ms} milliseconds"), "k")
+           .agg(F.count("*").alias("count"), F.sum("amount").alias("sum_amount"), F.max("sent").alias("max_sent")))
+    out = agg.select(
+        F.to_json(F.struct(F.col("k").alias("key"), F.col("window.start").alias("window_start"))).cast("binary")
+        .alias("key"),
+        F.to_json(F.struct(F.col("k").alias("key"), F.col("window.start").alias("window_start"),
+                           F.col("window.end").alias("window_end"), "count", "sum_amount", "max_sent"))
+        .cast("binary").alias("value"))
+    return (out.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", out_topic)
+            .option("checkpointLocation", ckpt).outputMode("update").start())
+
+
+def spark_child(args) -> int:
+    """``side_by_side.py _spark``: run the service's or the built-in query and report consumed records."""
+    from service.job import build_spark
+    from service.runner import prepare
+
+    s = spark_settings(args, args.bootstrap_servers, args.topic, args.out_topic, args.ckpt)
+    spark = build_spark(s)
+    spark.sparkContext.setLogLevel("ERROR")
+    if args.system == "service":
+        from service.job import start_query
+
+        q = start_query(spark, s, prepare(s))
+    else:
+        q = builtin_query(spark, args.bootstrap_servers, args.topic, args.out_topic, args.ckpt, args.td,
+                          args.td // 10, args.grace, args.batch)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    seen: dict[int, int] = {}
+    while not stop:
+        for p in q.recentProgress:
+            seen[p.batchId] = p.numInputRows
+        print(f"consumed {sum(seen.values())}", flush=True)
+        if q.exception() is not None:
+            print(str(q.exception()), file=sys.stderr, flush=True)
+            return 1
+        time.sleep(0.25)
+    progs = [p for p in q.recentProgress if p.numInputRows]
+    for p in progs:
+        print(json.dumps({"batch": p.batchId, "rows": p.numInputRows, "ms": p.durationMs.get("triggerExecution"),
+                          "observed": {k: v for k, v in (p.observedMetrics["slidingwindow"].asDict().items()
+                                                         if "slidingwindow" in (p.observedMetrics or {}) else [])
+                                       if k != "tasks"}}), file=sys.stderr, flush=True)
+    q.stop()
+    spark.stop()
+    return 0
+
+
+def command(system, args, bootstrap, topic, out_topic, work):
+    py = sys.executable
+    if system == "kstreams":
+        return ["java", "-Xmx1g", "-cp", kstreams_classpath(), "slidingwindow.bench.KStreamsApp", bootstrap, topic,
+                out_topic, str(args.td), str(args.grace), str(args.partitions), str(args.commit_ms),
+                str(work / f"ks-{out_topic}"), f"app-{out_topic}"]
+    if system == "plain":
+        return [py, str(ROOT / "bench" / "plain_loop.py"), "--bootstrap-servers", bootstrap, "--input-topic", topic,
+                "--output-topic", out_topic]
+    return [py, str(Path(__file__).resolve()), "_spark", "--system", system, "--bootstrap-servers", bootstrap,
+            "--topic", topic, "--out-topic", out_topic, "--ckpt", str(work / f"ck-{out_topic}"), "--td", str(args.td),
+            "--grace", str(args.grace), "--batch", str(args.batch), "--partitions", str(args.partitions),
+            "--cores", str(args.cores)]
+
+
+# ------------------------------------------------------------------------------------------------- measuring
+
+
+def read_output(bootstrap, topic, system):
+    """(append time ms, max_sent) of every record of ``topic``."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.monotonic_ns()}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    md = c.list_topics(topic, timeout=30).topics[topic]
+    ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in md.partitions}
+    c.assign([TopicPartition(topic, p, 0) for p in ends])
+    pos = {p: 0 for p in ends}
+    rows = []
+    while any(pos[p] < ends[p] for p in ends):
+        for m in c.consume(10000, timeout=2):
+            if m.error():
+                continue
+            pos[m.partition()] = m.offset() + 1
+            v = json.loads(m.value())
+            if system == "service":
+                sent = v["aggregates"]["max_sent"]
+            elif system == "plain":
+                sent = v["sent"]
+            else:
+                sent = v["max_sent"]
+            rows.append((m.timestamp()[1], sent))
+    c.close()
+    return rows
+
+
+def measure(system, rows, n_backlog, live_start_ms):
+    back = [t for t, s in rows if s < live_start_ms]
+    lat = sorted(t - s for t, s in rows if s >= live_start_ms)
+    r = {"outputs": len(rows), "backlog_outputs": len(back)}
+    if len(back) > 1 and max(back) > min(back):
+        r["rec_per_s"] = n_backlog / ((max(back) - min(back)) / 1000)
+    if lat:
+        r.update(lat_n=len(lat), p50_ms=lat[len(lat) // 2], p99_ms=lat[min(len(lat) - 1, int(len(lat) * 0.99))])
+    return r
+
+
+def run_cell(args, bootstrap, cell, systems, work, log_dir):
+    from connectors.admin import TopicSpec, ensure_topics
+
+    order, density = cell.split("-")
+    density = int(density)
+    ooo = 0.05 if order == "ooo" else 0.0
+    keys = keys_for(density)
+    event_rate = density * keys / (args.td / 1000)
+    live_keys = max(1, int(args.live_rate * (args.td / 1000) / density))
+    run = f"{cell}-{int(time.time())}"
+    topics = {s: f"{run}-{s}-in" for s in systems}
+    admin = {"bootstrap.servers": bootstrap}
+    ensure_topics(admin, [TopicSpec(t, args.partitions, config={"retention.ms": "-1"}) for t in topics.values()])
+    t = time.monotonic()
+    produce_backlog(bootstrap, list(topics.values()), args.records, keys, event_rate, args.grace, ooo)
+    print(f"[{cell}] produced {args.records} records x {len(systems)} topics ({keys} keys, event rate "
+          f"{event_rate:.0f}/s) in {time.monotonic() - t:.1f}s; load {os.getloadavg()[0]:.1f}", flush=True)
+    res = {}
+    for system in systems:
+        out_topic = f"{run}-{system}-out"
+        ensure_topics(admin, [TopicSpec(out_topic, args.partitions,
+                                        config={"message.timestamp.type": "LogAppendTime"})])
+        load0 = os.getloadavg()[0]
+        proc = Proc(command(system, args, bootstrap, topics[system], out_topic, work),
+                    log_dir / f"{out_topic}.log")
+        try:
+            t_done = proc.wait_consumed(args.records, args.timeout)
+            drain_s = t_done - proc.started
+            time.sleep(2)
+            live = LiveProducer(bootstrap, topics[system], args.live_rate, live_keys, args.grace, ooo,
+                                args.live_seconds)
+            live.start()
+            live.join()
+            proc.wait_consumed(args.records + live.sent, 120)
+            time.sleep(args.settle)
+            rss = proc.peak_rss
+        finally:
+            proc.stop()
+        r = measure(system, read_output(bootstrap, out_topic, system), args.records, live.start_ms)
+        r.update(drain_s=drain_s, peak_rss_mb=rss / 2**20, load=(load0 + os.getloadavg()[0]) / 2,
+                 live_sent=live.sent)
+        res[system] = r
+        print(f"[{cell}] {system}: " + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}"
+                                                 for k, v in r.items()), flush=True)
+    return res
+
+
+# ------------------------------------------------------------------------------------------------- report
+
+
+def table(results, systems):
+    lines = ["| cell | system | records/s | x KS | latency p50 ms | x KS | p99 ms | x KS | peak RSS MiB | x KS | "
+             "drain s | load |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def ratio(r, ks, k):
+        return f"{r[k] / ks[k]:.2f}" if k in r and ks and ks.get(k) else "-"
+
+    def fmt(r, k, f="{:,.0f}"):
+        return f.format(r[k]) if k in r else "-"
+
+    for cell, res in results.items():
+        ks = res.get("kstreams")
+        for s in systems:
+            if s not in res:
+                continue
+            r = res[s]
+            lines.append(f"| {cell} | {s} | {fmt(r, 'rec_per_s')} | {ratio(r, ks, 'rec_per_s')} | "
+                         f"{fmt(r, 'p50_ms')} | {ratio(r, ks, 'p50_ms')} | {fmt(r, 'p99_ms')} | "
+                         f"{ratio(r, ks, 'p99_ms')} | {fmt(r, 'peak_rss_mb')} | {ratio(r, ks, 'peak_rss_mb')} | "
+                         f"{r['drain_s']:.0f} | {r['load']:.1f} |")
+    return "\n".join(lines)
+
+
+def plots(results, systems, out_dir: Path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cells = list(results)
+    width = 0.8 / len(systems)
+    made = []
+    for name, keys, ylabel in (("throughput", ("rec_per_s",), "records/s (log)"),
+                               ("latency", ("p50_ms", "p99_ms"), "end-to-end latency ms (log)")):
+        fig, axes = plt.subplots(1, len(keys), figsize=(6.5 * len(keys), 4.2), squeeze=False)
+        for ax, k in zip(axes[0], keys):
+            for i, s in enumerate(systems):
+                vals = [results[c].get(s, {}).get(k, 0) or 0 for c in cells]
+                ax.bar([j + i * width for j in range(len(cells))], vals, width, label=s)
+            ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(cells))])
+            ax.set_xticklabels(cells)
+            ax.set_yscale("log")
+            ax.set_ylabel(ylabel)
+            ax.set_title({"rec_per_s": "sustained throughput (backlog)", "p50_ms": "latency p50 (live)",
+                          "p99_ms": "latency p99 (live)"}[k])
+            ax.grid(axis="y", alpha=0.3)
+        axes[0][0].legend(fontsize=8)
+        fig.suptitle("cell = order-records per window; 2 shared vCPUs under load (see RESULTS.md)", fontsize=9)
+        fig.tight_layout()
+        path = out_dir / f"{name}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        made.append(path)
+    return made
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "_spark":
+        ap = argparse.ArgumentParser()
+        for a in ("--system", "--bootstrap-servers", "--topic", "--out-topic", "--ckpt"):
+            ap.add_argument(a, required=True)
+        for a in ("--td", "--grace", "--batch", "--partitions", "--cores"):
+            ap.add_argument(a, type=int, required=True)
+        return spark_child(ap.parse_args(sys.argv[2:]))
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--cells", default="inorder-10,ooo-10,inorder-1000,ooo-1000")
+    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--td", type=int, default=10_000)
+    ap.add_argument("--grace", type=int, default=2_000)
+    ap.add_argument("--partitions", type=int, default=2, help="input/output partitions = KS threads = Spark tasks")
+    ap.add_argument("--cores", type=int, default=2, help="Spark local[N]")
+    ap.add_argument("--batch", type=int, default=20_000, help="maxOffsetsPerTrigger of both Spark queries")
+    ap.add_argument("--commit-ms", type=int, default=1000, help="Kafka Streams commit.interval.ms (cache flush)")
+    ap.add_argument("--live-rate", type=float, default=1000.0)
+    ap.add_argument("--live-seconds", type=float, default=20.0)
+    ap.add_argument("--settle", type=float, default=4.0, help="seconds to wait after the live input is consumed")
+    ap.add_argument("--rotate", action="store_true", help="rotate the system order from cell to cell")
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--out", default="")
+    ap.add_argument("--plots", default="")
+    ap.add_argument("--json", default="", help="write the raw results here")
+    args = ap.parse_args()
+    systems = [s for s in args.systems.split(",") if s]
+
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    from connectors.local_broker import LocalKafkaBroker
+
+    if "kstreams" in systems:
+        kstreams_classpath()
+    load_before = os.getloadavg()
+    work = Path(tempfile.mkdtemp(prefix="sw-sbs-"))
+    log_dir = work / "logs"
+    log_dir.mkdir()
+    print(f"work dir {work}; load {load_before[0]:.1f}", flush=True)
+    broker = LocalKafkaBroker(0, data_dir=work / "kafka")
+    broker.start()
+    results = {}
+    t0 = time.monotonic()
+    try:
+        for i, cell in enumerate(c for c in args.cells.split(",") if c):
+            order = systems[i % len(systems):] + systems[:i % len(systems)] if args.rotate else systems
+            try:
+                results[cell] = run_cell(args, broker.bootstrap_servers, cell, order, work, log_dir)
+            except Exception as e:  # deliver the other cells
+                print(f"[{cell}] FAILED: {e}", flush=True)
+            if args.json:
+                Path(args.json).write_text(json.dumps(results, indent=1))
+    finally:
+        broker.stop()
+    load_after = os.getloadavg()
+    text = table(results, systems)
+    cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT)] + sys.argv[1:])
+    header = (f"\n### {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC - `{cmd}`\n\n"
+              f"{args.records:,} backlog records per system and cell, td {args.td} ms, grace {args.grace} ms, "
+              f"{args.partitions} partitions, Spark batch {args.batch:,}, KS commit {args.commit_ms} ms, live "
+              f"{args.live_rate:.0f} rec/s for {args.live_seconds:.0f} s; {os.cpu_count()} vCPUs, load average "
+              f"(1 min) {load_before[0]:.1f} before / {load_after[0]:.1f} after, whole run "
+              f"{(time.monotonic() - t0) / 60:.1f} min\n\n")
+    print(header + text, flush=True)
+    if args.plots:
+        for p in plots(results, systems, Path(args.plots)):
+            print("wrote", p)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(header + text + "\n")
+    shutil.rmtree(work / "kafka", ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
