@@ -187,7 +187,17 @@ class TaskRunner:
         columns = None
         updates: list[Any] = []
         if getattr(proc, "batch", False):
-            proc.process_batch(records)  # identical results, batch fast path when it applies
+            # identical results to the record path; the batch fast path where it applies. The record values go
+            # along so fallbacks and drop reports get the very objects decoded here (late rows map back by id)
+            vals = [v for _i, _k, v, _t in good]
+            fields = {}
+            for name, numeric in cfg.input.fields:
+                if numeric:
+                    col = np.asarray([v[name] for v in vals])
+                    fields[name] = col if col.dtype.kind in "iuf" else col.astype(object)
+            proc.process_columns([k for _i, k, _v, _t in good],
+                                 np.fromiter((t for *_x, t in good), dtype=np.int64, count=len(good)),
+                                 fields, vals)
             columns = proc.flush_columns()
         else:
             process = proc.process
