@@ -42,6 +42,14 @@ OUTPUT_SCHEMA = (
 
 OBSERVATION = "slidingwindow"
 
+#: producer settings of the Kafka sink (a micro-batch writes many small changelog records at once); any of them
+#: can be overridden with the ``kafka_options`` setting
+SINK_PRODUCER_DEFAULTS = {
+    "kafka.linger.ms": "20",
+    "kafka.batch.size": "262144",
+    "kafka.compression.type": "lz4",
+}
+
 
 def task_config(settings: Any, key_schema_id: int | None = None, value_schema_id: int | None = None) -> TaskConfig:
     from connectors.output import ChangelogSpec
@@ -274,7 +282,7 @@ def start_query(spark: Any, settings: Any, config: TaskConfig, query_name: str =
     out = sink_frame(windowed_frame(source_frame(spark, settings), config))
     writer = (
         out.writeStream.format("kafka")
-        .options(**_kafka_options(settings))
+        .options(**{**SINK_PRODUCER_DEFAULTS, **_kafka_options(settings)})
         .option("checkpointLocation", settings.checkpoint_dir)
         .queryName(query_name)
         .outputMode("append")
