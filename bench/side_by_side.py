@@ -10,8 +10,8 @@ One local Kafka broker (``connectors.local_broker``) for everything. For each *c
    (identical keys, values and record timestamps; one seeded generator) to one input topic *per system* (each
    system's live phase appends to its own topic, so the backlogs must not be shared). Event time advances at
    ``density * keys / td`` records per second of event time, so every key has ``density`` records per window of
-   ``--td``: density 10 uses 10,000 keys, density 1,000 uses 100 keys (10,000 keys cannot hold 1,000 records per
-   window in a few hundred thousand records). ``ooo``: 5% of the records get their timestamp moved back by
+   ``--td``: density 10 uses 10,000 keys and ``--records``, density 1,000 uses 5 keys and
+   ``--records-dense`` (Kafka Streams manages ~100-200 records/s there, see bench/RESULTS.md). ``ooo``: 5% of the records get their timestamp moved back by
    1..``--grace`` ms (out of order, never late).
 2. Each system runs in turn as its own process (tree), from the earliest offset of its topic:
    ``kstreams`` (bench/kstreams_app, SlidingWindows count+sum+max(sent), default record cache, commit interval
@@ -22,7 +22,7 @@ One local Kafka broker (``connectors.local_broker``) for everything. For each *c
 3. **live** - once the process has consumed the backlog, the driver produces ``--live-rate`` records/s for
    ``--live-seconds`` to the same topic with record timestamp = wall clock (5% moved back in ``ooo``) and
    ``density * live_keys / td = live-rate`` (so the live phase has the cell's density too: 1,000 keys at 10 per
-   window, 10 keys at 1,000), then waits for the output to settle and stops the process.
+   window and 1,000 rec/s; 1 key at 1,000 per window and ``--live-rate-dense`` 100 rec/s), then waits for the output to settle and stops the process.
 
 Figures (every output topic is created with ``message.timestamp.type=LogAppendTime``, so an output record's
 timestamp is the broker's wall clock when it was appended, for every system alike):
@@ -68,7 +68,7 @@ SYSTEMS = ("kstreams", "service", "builtin", "plain")
 
 
 def keys_for(density: int) -> int:
-    return 10_000 if density <= 100 else 100
+    return 10_000 if density <= 100 else 5
 
 
 def produce_backlog(bootstrap, topics, n, keys, event_rate, grace_ms, ooo, seed=1):
@@ -354,15 +354,17 @@ def run_cell(args, bootstrap, cell, systems, work, log_dir):
     density = int(density)
     ooo = 0.05 if order == "ooo" else 0.0
     keys = keys_for(density)
+    n = args.records if density <= 100 else args.records_dense
+    live_rate = args.live_rate if density <= 100 else args.live_rate_dense
     event_rate = density * keys / (args.td / 1000)
-    live_keys = max(1, int(args.live_rate * (args.td / 1000) / density))
+    live_keys = max(1, int(live_rate * (args.td / 1000) / density))
     run = f"{cell}-{int(time.time())}"
     topics = {s: f"{run}-{s}-in" for s in systems}
     admin = {"bootstrap.servers": bootstrap}
     ensure_topics(admin, [TopicSpec(t, args.partitions, config={"retention.ms": "-1"}) for t in topics.values()])
     t = time.monotonic()
-    produce_backlog(bootstrap, list(topics.values()), args.records, keys, event_rate, args.grace, ooo)
-    print(f"[{cell}] produced {args.records} records x {len(systems)} topics ({keys} keys, event rate "
+    produce_backlog(bootstrap, list(topics.values()), n, keys, event_rate, args.grace, ooo)
+    print(f"[{cell}] produced {n} records x {len(systems)} topics ({keys} keys, event rate "
           f"{event_rate:.0f}/s) in {time.monotonic() - t:.1f}s; load {os.getloadavg()[0]:.1f}", flush=True)
     res = {}
     for system in systems:
@@ -372,21 +374,33 @@ def run_cell(args, bootstrap, cell, systems, work, log_dir):
         load0 = os.getloadavg()[0]
         proc = Proc(command(system, args, bootstrap, topics[system], out_topic, work),
                     log_dir / f"{out_topic}.log")
+        spy = None
+        if args.profile and system == "service":
+            Path(args.profile).mkdir(parents=True, exist_ok=True)
+            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--subprocesses",
+                                    "--format", "raw", "--rate", "50", "--pid", str(proc.p.pid),
+                                    "-o", str(Path(args.profile) / f"service-{cell}.txt")],
+                                   stdout=subprocess.DEVNULL, stderr=open(log_dir / f"{out_topic}.pyspy.log", "w"))
         try:
-            t_done = proc.wait_consumed(args.records, args.timeout)
+            t_done = proc.wait_consumed(n, args.timeout)
             drain_s = t_done - proc.started
             time.sleep(2)
-            live = LiveProducer(bootstrap, topics[system], args.live_rate, live_keys, args.grace, ooo,
+            live = LiveProducer(bootstrap, topics[system], live_rate, live_keys, args.grace, ooo,
                                 args.live_seconds)
             live.start()
             live.join()
-            proc.wait_consumed(args.records + live.sent, 120)
+            proc.wait_consumed(n + live.sent, 120)
             time.sleep(args.settle)
             rss = proc.peak_rss
         finally:
             proc.stop()
-        r = measure(system, read_output(bootstrap, out_topic, system), args.records, live.start_ms)
-        r.update(drain_s=drain_s, peak_rss_mb=rss / 2**20, load=(load0 + os.getloadavg()[0]) / 2,
+            if spy is not None:
+                try:
+                    spy.wait(30)
+                except subprocess.TimeoutExpired:
+                    spy.terminate()
+        r = measure(system, read_output(bootstrap, out_topic, system), n, live.start_ms)
+        r.update(records=n, keys=keys, live_rate=live_rate, live_keys=live_keys, drain_s=drain_s, peak_rss_mb=rss / 2**20, load=(load0 + os.getloadavg()[0]) / 2,
                  live_sent=live.sent)
         res[system] = r
         print(f"[{cell}] {system}: " + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}"
@@ -464,7 +478,9 @@ def main() -> int:
         return spark_child(ap.parse_args(sys.argv[2:]))
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--records", type=int, default=100_000, help="backlog records of the 10-per-window cells")
+    ap.add_argument("--records-dense", type=int, default=10_000,
+                    help="backlog records of the 1,000-per-window cells (Kafka Streams does ~200 rec/s there)")
     ap.add_argument("--cells", default="inorder-10,ooo-10,inorder-1000,ooo-1000")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--td", type=int, default=10_000)
@@ -473,7 +489,9 @@ def main() -> int:
     ap.add_argument("--cores", type=int, default=2, help="Spark local[N]")
     ap.add_argument("--batch", type=int, default=20_000, help="maxOffsetsPerTrigger of both Spark queries")
     ap.add_argument("--commit-ms", type=int, default=1000, help="Kafka Streams commit.interval.ms (cache flush)")
-    ap.add_argument("--live-rate", type=float, default=1000.0)
+    ap.add_argument("--live-rate", type=float, default=1000.0, help="live records/s of the 10-per-window cells")
+    ap.add_argument("--live-rate-dense", type=float, default=100.0,
+                    help="live records/s of the 1,000-per-window cells (below Kafka Streams' capacity there)")
     ap.add_argument("--live-seconds", type=float, default=20.0)
     ap.add_argument("--settle", type=float, default=4.0, help="seconds to wait after the live input is consumed")
     ap.add_argument("--rotate", action="store_true", help="rotate the system order from cell to cell")
@@ -481,6 +499,7 @@ def main() -> int:
     ap.add_argument("--out", default="")
     ap.add_argument("--plots", default="")
     ap.add_argument("--json", default="", help="write the raw results here")
+    ap.add_argument("--profile", default="", help="py-spy the service's process tree (raw collapsed stacks) here")
     args = ap.parse_args()
     systems = [s for s in args.systems.split(",") if s]
 
@@ -515,9 +534,9 @@ def main() -> int:
     text = table(results, systems)
     cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT)] + sys.argv[1:])
     header = (f"\n### {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC - `{cmd}`\n\n"
-              f"{args.records:,} backlog records per system and cell, td {args.td} ms, grace {args.grace} ms, "
+              f"{args.records:,} (10/window) / {args.records_dense:,} (1,000/window) backlog records per system and cell, td {args.td} ms, grace {args.grace} ms, "
               f"{args.partitions} partitions, Spark batch {args.batch:,}, KS commit {args.commit_ms} ms, live "
-              f"{args.live_rate:.0f} rec/s for {args.live_seconds:.0f} s; {os.cpu_count()} vCPUs, load average "
+              f"{args.live_rate:.0f} / {args.live_rate_dense:.0f} rec/s for {args.live_seconds:.0f} s; {os.cpu_count()} vCPUs, load average "
               f"(1 min) {load_before[0]:.1f} before / {load_after[0]:.1f} after, whole run "
               f"{(time.monotonic() - t0) / 60:.1f} min\n\n")
     print(header + text, flush=True)
