@@ -199,11 +199,6 @@ class WindowStore:
         self._size += 1
         return True
 
-    def observe_start(self, start: int) -> None:
-        """Advance the store time as a put of a window starting at ``start`` would."""
-        if start > self.store_time:
-            self.store_time = start
-
     # -- reads ------------------------------------------------------------------------------------------------
     def get(self, key: Hashable, start: int) -> StoredWindow | None:
         """The window of ``key`` starting at ``start`` if it exists and is visible."""
@@ -279,11 +274,6 @@ class WindowStore:
 
     def clear_dirty(self) -> None:
         self.dirty.clear()
-
-    def evict_clean(self) -> None:
-        """Forget in-memory windows of keys that are not dirty (they can be loaded again)."""
-        for key in [k for k in self.keys if k not in self.dirty]:
-            self._size -= len(self.keys.pop(key))
 
     def __len__(self) -> int:
         """Number of windows held (including not-yet-purged invisible ones)."""
