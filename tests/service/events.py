@@ -168,3 +168,15 @@ def replay(events: list[Event], *, td: int, grace: int, aggregations: str, emit:
             exp.final[(u.key, u.start, u.end)] = (agg, u.count, u.ts)
             exp.sequence[ev.partition].append((u.key, u.start, u.end, agg, u.count, u.ts))
     return exp
+
+
+def changelog_final(pairs) -> dict[tuple[str, int, int], tuple[Any, int, int]]:
+    """Last value per window of JSON changelog records given as (key bytes, value bytes), in topic order; the
+    key must name the same window as the value. Comparable with ``replay(...).final``."""
+    final: dict[tuple[str, int, int], tuple[Any, int, int]] = {}
+    for key, value in pairs:
+        k, v = json.loads(key), json.loads(value)
+        window = (v["key"], v["window_start"], v["window_end"])
+        assert (k["key"], k["window_start"], k["window_end"]) == window
+        final[window] = (v["aggregates"], v["record_count"], v["max_timestamp"])
+    return final

@@ -14,7 +14,7 @@ from connectors.avro import decode_body, encode, split_wire
 from connectors.output import parse_windowed_key
 from connectors.schema_registry import SchemaRegistry
 from connectors.serde import InputSpec, aggregation_fields
-from tests.service.events import Event, payment_events, replay
+from tests.service.events import Event, changelog_final, payment_events, replay
 from tests.service.harness import ServiceProcess, committed_offsets, consume_all, produce, wait_until_committed
 from tests.service.schema_registry_double import SchemaRegistryDouble
 
@@ -55,13 +55,7 @@ def topics(make_topic):
 
 
 def json_final(records):
-    final = {}
-    for r in records:
-        k, v = json.loads(r.key), json.loads(r.value)
-        assert (k["key"], k["window_start"], k["window_end"]) == (v["key"], v["window_start"], v["window_end"])
-        final[(v["key"], v["window_start"], v["window_end"])] = (v["aggregates"], v["record_count"],
-                                                                 v["max_timestamp"])
-    return final
+    return changelog_final((r.key, r.value) for r in records)
 
 
 def check_late_and_dead(bootstrap, topics, exp, events):

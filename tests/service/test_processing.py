@@ -14,7 +14,7 @@ import pytest
 from connectors.output import ChangelogSpec
 from connectors.serde import InputSpec, aggregation_fields
 from service.processing import DictTaskState, TaskConfig, TaskRunner, TaskState, process_task_batch
-from tests.service.events import payment_events, replay
+from tests.service.events import changelog_final, payment_events, replay
 
 AGGS = "count,sum:amount,max:amount"
 
@@ -120,12 +120,7 @@ def test_task_batches_equal_windowstore_replay(emit, buckets, cache, fail_every)
     assert totals["dead_lettered"] == len(exp.dead) > 0
     assert totals["aggregated"] == exp.aggregated
 
-    final = {}
-    for _p, key, value, _h in rows["changelog"]:
-        k, v = json.loads(key), json.loads(value)
-        assert (k["key"], k["window_start"], k["window_end"]) == (v["key"], v["window_start"], v["window_end"])
-        final[(v["key"], v["window_start"], v["window_end"])] = (v["aggregates"], v["record_count"],
-                                                                 v["max_timestamp"])
+    final = changelog_final((key, value) for _p, key, value, _h in rows["changelog"])
     assert final == exp.final
     if emit == "every":  # the exact uncached Kafka Streams sequence, per partition
         seq = defaultdict(list)
@@ -179,12 +174,7 @@ def test_idle_keys_leave_the_state_store():
             remaining |= set(pickle.loads(data))
     assert remaining and remaining <= {f"acct-{k}" for k in range(6)}
     exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit="update")
-    final = {}
-    for _p, _k, value, _h in rows["changelog"]:
-        v = json.loads(value)
-        final[(v["key"], v["window_start"], v["window_end"])] = (v["aggregates"], v["record_count"],
-                                                                 v["max_timestamp"])
-    assert final == exp.final
+    assert changelog_final((key, value) for _p, key, value, _h in rows["changelog"]) == exp.final
 
 
 def test_cached_processor_loads_new_keys_through_the_current_batch():
@@ -197,12 +187,7 @@ def test_cached_processor_loads_new_keys_through_the_current_batch():
     rows, totals = run_in_batches(cfg, events, seed=4, fail_every=3)
     assert totals["state_cache_hit"] > 0
     exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit="update")
-    final = {}
-    for _p, _k, value, _h in rows["changelog"]:
-        v = json.loads(value)
-        final[(v["key"], v["window_start"], v["window_end"])] = (v["aggregates"], v["record_count"],
-                                                                 v["max_timestamp"])
-    assert final == exp.final
+    assert changelog_final((key, value) for _p, key, value, _h in rows["changelog"]) == exp.final
 
 
 def test_state_calls_are_bounded_by_buckets():
