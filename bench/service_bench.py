@@ -151,26 +151,33 @@ def drain(query, total, timeout):
     }
 
 
-def latencies(bootstrap, topic, since_ms):
+def read_to_end(bootstrap, topic, chunk=5000):
+    """Every message of ``topic`` from the beginning to the end offsets it has now, per partition in order."""
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.monotonic_ns()}",
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    md = c.list_topics(topic, timeout=30).topics[topic]
-    ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in md.partitions}
-    c.assign([TopicPartition(topic, p, 0) for p in ends])
-    pos = {p: 0 for p in ends}
+    try:
+        md = c.list_topics(topic, timeout=30).topics[topic]
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in md.partitions}
+        c.assign([TopicPartition(topic, p, 0) for p in ends])
+        pos = {p: 0 for p in ends}
+        while any(pos[p] < ends[p] for p in ends):
+            for m in c.consume(chunk, timeout=2):
+                if m.error():
+                    continue
+                pos[m.partition()] = m.offset() + 1
+                yield m
+    finally:
+        c.close()
+
+
+def latencies(bootstrap, topic, since_ms):
     lat = []
-    while any(pos[p] < ends[p] for p in ends):
-        for m in c.consume(5000, timeout=2):
-            if m.error():
-                continue
-            pos[m.partition()] = m.offset() + 1
-            v = json.loads(m.value())
-            mt = v.get("max_timestamp")
-            if mt is not None and mt >= since_ms:
-                lat.append(m.timestamp()[1] - mt)
-    c.close()
+    for m in read_to_end(bootstrap, topic):
+        mt = json.loads(m.value()).get("max_timestamp")
+        if mt is not None and mt >= since_ms:
+            lat.append(m.timestamp()[1] - mt)
     lat.sort()
     if not lat:
         return {}

@@ -60,6 +60,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import service_bench as sb  # noqa: E402  (read_to_end: read an output topic to its current end)
 KSTREAMS_DIR = ROOT / "bench" / "kstreams_app"
 SYSTEMS = ("kstreams", "service", "builtin", "plain")
 
@@ -310,29 +313,16 @@ def command(system, args, bootstrap, topic, out_topic, work):
 
 def read_output(bootstrap, topic, system):
     """(append time ms, max_sent) of every record of ``topic``."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.monotonic_ns()}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    md = c.list_topics(topic, timeout=30).topics[topic]
-    ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in md.partitions}
-    c.assign([TopicPartition(topic, p, 0) for p in ends])
-    pos = {p: 0 for p in ends}
     rows = []
-    while any(pos[p] < ends[p] for p in ends):
-        for m in c.consume(10000, timeout=2):
-            if m.error():
-                continue
-            pos[m.partition()] = m.offset() + 1
-            v = json.loads(m.value())
-            if system == "service":
-                sent = v["aggregates"]["max_sent"]
-            elif system == "plain":
-                sent = v["sent"]
-            else:
-                sent = v["max_sent"]
-            rows.append((m.timestamp()[1], sent))
-    c.close()
+    for m in sb.read_to_end(bootstrap, topic, chunk=10000):
+        v = json.loads(m.value())
+        if system == "service":
+            sent = v["aggregates"]["max_sent"]
+        elif system == "plain":
+            sent = v["sent"]
+        else:
+            sent = v["max_sent"]
+        rows.append((m.timestamp()[1], sent))
     return rows
 
 
