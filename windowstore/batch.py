@@ -375,7 +375,12 @@ def _kernel(
     cat[early_c] = 2
     cat[early_c & (local == writer_ts + 1)] = 1
     cat[early & at_zero] = 3
-    pos = np.where(early, local, -local)
+    # flush order: by last writer, then category, then start (ascending for an early writer, else descending).
+    # Rows are in ascending start here and a writer's rows are of one key, so the row index stands for the
+    # start; one int64 key sorts all three at once (it is unique: one writer, one row per start).
+    q = len(starts)
+    rank = np.arange(q, dtype=_I64)
+    flush_key = (last_writer * 4 + cat) * (2 * q + 1) + np.where(early, rank, -rank) + q
 
     # merge the written windows into every key's columns, then split back per key
     tails = [kw.cols.take(slice(j, None)) for kw, j in zip(kws, col_j)]
@@ -420,7 +425,7 @@ def _kernel(
         kw.raw_ts = joined(kw.raw_ts[:j], raw_local[a:b])
         kw.raw_cols = [None if p is None else joined(op[:j], p[a:b]) for op, p in zip(kw.raw_cols, parts_all)]
     created = len(union) - len(S_old)
-    return last_writer, cat, pos, starts >> _SHIFT, local, max_ts, counts, parts, created
+    return flush_key, starts >> _SHIFT, local, max_ts, counts, parts, created
 
 
 def process_batch(proc: "SlidingWindowProcessor", records: Sequence[tuple[Hashable, Any, Any]]) -> bool:
@@ -578,7 +583,7 @@ def process_columns(
     if not len(acc_idx):
         return True
 
-    lw, cat, pos, kid, start, max_ts, counts, parts, created = _kernel(
+    flush_key, kid, start, max_ts, counts, parts, created = _kernel(
         td, plan, kws, key_id, acc_idx.astype(_I64), acc_ts, parts_new, n
     )
     stats.windows_created += created
@@ -602,7 +607,7 @@ def process_columns(
         store.expired += m
         store._size -= m
 
-    order = np.lexsort((pos, cat, lw))
+    order = np.argsort(flush_key)
     seg = {
         "keys": batch_keys,
         "key_id": kid[order],
