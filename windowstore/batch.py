@@ -18,8 +18,11 @@ columns):
       t >= td:  updates of existing windows (descending start), prev-right, left, right copy
       t <  td:  updates (ascending start), right copy, prev-right, combined window [0, td]
 
-A key's windows stay numpy columns between batches (``KeyWindows.cols``); the record path turns them back
-into entries when it touches the key. Results are buffered as columns too: ``flush_columns`` hands them out
+All keys of a batch go through one vectorized pass (key k's timestamps at ``k * 2**42 + ts``). Per key only
+the suffix of the state from ``lowest new ts - td - 1`` on can change; it is recomputed from R3 over the raw
+records (checked against the stored window starts: a mismatch sends the batch to the record path), the rest
+is kept as it is. A key's windows stay numpy columns between batches (``KeyWindows.cols``); the record path
+turns them back into entries when it touches the key. Results are buffered as columns too: ``flush_columns`` hands them out
 without a Python object per window.
 
 It falls back to the record path for the whole batch when any record is partially late, when the emit mode is
@@ -31,7 +34,7 @@ not match R3 on the range the batch reads.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -202,34 +205,30 @@ def _trim(kw: "KeyWindows", bound: int) -> int:
 
 
 # -------------------------------------------------------------------------------------------------- kernels
-class _SparseTable:
-    """Range min or max over ``[lo, hi)`` in O(1) after an O(n log n) build."""
+def _log2(n: np.ndarray) -> np.ndarray:
+    """``floor(log2(n))`` of positive integers (exact below 2**53)."""
+    return np.frexp(n.astype(np.float64))[1].astype(_I64) - 1
 
-    __slots__ = ("levels", "op")
 
-    def __init__(self, values: np.ndarray, op: Any) -> None:
-        self.op = op
-        levels = [values]
-        k = 1
-        while 2 * k <= len(values):
-            prev = levels[-1]
-            levels.append(op(prev[:-k], prev[k:]))
-            k *= 2
-        self.levels = levels
+def _range(values: np.ndarray, op: Any, lo: np.ndarray, hi: np.ndarray, k: np.ndarray | None = None) -> np.ndarray:
+    """``op`` (np.minimum or np.maximum) over ``values[lo:hi]`` for every query (all ``hi > lo``), from a
+    sparse table built up to the longest query: O(n log(longest)) + O(1) per query. ``k``: ``_log2(hi - lo)``
+    when the caller has it."""
+    if not len(lo):
+        return np.zeros(0, values.dtype)
+    if k is None:
+        k = _log2(hi - lo)
+    n = len(values)
+    levels = int(k.max()) + 1
+    tab = np.empty((levels, n), values.dtype)  # row l: op over [i, i + 2**l); the last 2**l - 1 never read
+    tab[0] = values
+    for lv in range(1, levels):
+        h = 1 << (lv - 1)
+        op(tab[lv - 1, : n - h], tab[lv - 1, h:], out=tab[lv, : n - h])
+    flat = tab.ravel()
+    row = k * n
+    return op(flat[row + lo], flat[row + hi - (1 << k)])
 
-    def query(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        length = hi - lo
-        k = np.zeros(len(lo), dtype=_I64)
-        nz = length > 1
-        k[nz] = np.floor(np.log2(length[nz])).astype(_I64)
-        if len(self.levels) == 1 or not k.any():
-            return self.op(self.levels[0][lo], self.levels[0][hi - 1])
-        out = np.empty(len(lo), dtype=self.levels[0].dtype)
-        for level in np.flatnonzero(np.bincount(k)):
-            sel = k == level
-            tab = self.levels[level]
-            out[sel] = self.op(tab[lo[sel]], tab[hi[sel] - (1 << int(level))])
-        return out
 
 
 def _r3_starts(distinct: np.ndarray, td: int) -> np.ndarray:
@@ -249,7 +248,7 @@ def _aggregate(plan: Plan, parts: list[Any], lo: np.ndarray, hi: np.ndarray) -> 
             np.cumsum(col, out=prefix[1:])
             out.append(prefix[hi] - prefix[lo])
         else:
-            out.append(_SparseTable(col, np.minimum if kind == "min" else np.maximum).query(lo, hi))
+            out.append(_range(col, np.minimum if kind == "min" else np.maximum, lo, hi))
     return out
 
 
@@ -278,154 +277,192 @@ def _consistent_with_r3(td: int, plan: Plan, kw: "KeyWindows", nts: np.ndarray) 
 # windows [s, s + td] and all range queries stay inside one key.
 _SHIFT = 42
 _OFF = 1 << _SHIFT
+_LOCAL = _OFF - 1
 _MAX_TS = 1 << 41
-
-
-def _sorted_union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Union of two int arrays as a sorted array without duplicates (cheaper than np.union1d here)."""
-    u = np.concatenate([a, b])
-    u.sort(kind="stable")
-    if len(u) > 1:
-        keep = np.ones(len(u), bool)
-        keep[1:] = u[1:] != u[:-1]
-        u = u[keep]
-    return u
 
 
 def _concat(arrays: list[np.ndarray], dtype: Any = _I64) -> np.ndarray:
     return np.concatenate(arrays) if arrays else np.zeros(0, dtype)
 
 
+class _Written(NamedTuple):
+    """What :func:`_kernel` computed for a batch, before anything is stored.
+
+    The *suffix* of every key - windows starting at ``>= cut`` (one per key) and the raw records from one ms
+    below that - is recomputed from R3; everything below it is kept as it is. Arrays over all keys use the
+    ``k * _OFF + ts`` axis, ascending."""
+
+    cut: list[int]  #: per key: the first window start of the recomputed suffix
+    col_j: list[int]  #: per key: index of ``cut`` in the key's stored window starts
+    raw_j: list[int]  #: per key: index of ``cut - 1`` in the key's stored raw timestamps
+    raw_ts: np.ndarray  #: the suffixes' raw timestamps (old and new records)
+    raw_parts: list[Any]  #: and their part values
+    starts: np.ndarray  #: the suffixes' windows (R3 over the raw records)
+    ts: np.ndarray
+    counts: np.ndarray
+    parts: list[Any]
+    created: int  #: how many of them the batch created
+    flushed: np.ndarray  #: indexes of the windows the batch wrote, in flush order
+
+
 def _kernel(
     td: int, plan: Plan, kws: list["KeyWindows"], key_id: np.ndarray, arrival: np.ndarray, ts: np.ndarray,
     parts_new: list[Any], n_records: int,
-) -> tuple:
-    """Apply the accepted records of all keys (``key_id``, ``arrival`` index, ``ts``, part columns) at once.
-    Updates every ``kws[k]`` in place; returns the written rows (order keys, key, start, ts, count, parts)."""
+) -> _Written | None:
+    """Apply the accepted records of all keys (``key_id``, ``arrival`` index, ``ts``, part columns) at once,
+    without storing anything. ``None`` when a key's stored windows are not the R3 windows of its raw records
+    (the batch must then take the record path)."""
     K = len(kws)
     offs = np.arange(K, dtype=_I64) << _SHIFT
-    # Only the suffix of each key's state can change: a written window starts at >= min(new ts) - td, and
-    # reads reach one ms below it (W(s-1)). Older raw records and windows are kept aside as they are, so a
-    # batch costs O(batch + records within td of it), not O(everything retained).
-    cut = np.full(K, _BIG, _I64)
-    np.minimum.at(cut, key_id, ts)
-    cut_l = (cut - td - 1).tolist()
-    raw_j = [int(np.searchsorted(kw.raw_ts, c, "left")) for kw, c in zip(kws, cut_l)]
-    col_j = [int(np.searchsorted(kw.cols.starts, c, "left")) for kw, c in zip(kws, cut_l)]
-    raw_tails = [kw.raw_ts[j:] for kw, j in zip(kws, raw_j)]
-    old_n = np.fromiter((len(t) for t in raw_tails), _I64, K)
-    T = np.concatenate([_concat(raw_tails) + np.repeat(offs, old_n), (key_id << _SHIFT) + ts])
-    arr = np.concatenate([np.full(int(old_n.sum()), -1, _I64), arrival])
-    order = np.argsort(T, kind="stable")
+    new_t = (key_id << _SHIFT) + ts
+    o = np.argsort(new_t, kind="stable")  # by key and timestamp, arrival order within a timestamp
+    new_t = new_t[o]
+    # Only the suffix of each key's state can change: a written window holds a new record or has one at its
+    # start - 1, so it starts at >= lowest - td for the key's lowest new timestamp. The suffix is recomputed
+    # from ``cut`` = lowest - td - 1 on, which needs the raw records from cut - 1 on (R3 windows [p + 1, ...]).
+    # So a batch costs O(batch + records within td of it), not O(everything retained).
+    cut_abs = new_t[np.searchsorted(new_t, offs)] - td - 1  # every key has a record in the batch
+    cut = (cut_abs - offs).tolist()
+    raw_j = [int(np.searchsorted(kw.raw_ts, c - 1, "left")) for kw, c in zip(kws, cut)]
+    col_j = [int(np.searchsorted(kw.cols.starts, c, "left")) for kw, c in zip(kws, cut)]
+    old_n = np.fromiter((len(kw.raw_ts) - j for kw, j in zip(kws, raw_j)), _I64, K)
+    old_T = _concat([kw.raw_ts[j:] for kw, j in zip(kws, raw_j)]) + np.repeat(offs, old_n)
+    T = np.concatenate([old_T, new_t])
+    order = np.argsort(T, kind="stable")  # two sorted runs (a merge); old records first within a timestamp
     T = T[order]
-    arr = arr[order]
-    parts_all = [
+    arr = np.concatenate([np.full(len(old_T), -1, _I64), arrival[o]])[order]  # -1: from before the batch
+    raw_parts = [
         None
         if kind == "count"
-        else np.concatenate([_concat([kw.raw_cols[i][j:] for kw, j in zip(kws, raw_j)], p.dtype), p])[order]
+        else np.concatenate([_concat([kw.raw_cols[i][j:] for kw, j in zip(kws, raw_j)], p.dtype), p[o]])[order]
         for i, ((kind, _f), p) in enumerate(zip(plan, parts_new))
     ]
 
-    first = np.ones(len(T), bool)
+    # R3 window starts over the distinct timestamps d: left windows max(d - td, 0) and right windows d + 1
+    # (when a record follows within td + 1); per start the record range [lo, hi) of its window and the first
+    # arrival of a record at start - 1 and at start + td (_BIG: none)
+    N = len(T)
+    first = np.ones(N, bool)
     first[1:] = T[1:] != T[:-1]
     d_lo = np.flatnonzero(first)
-    distinct = T[d_lo]
-    base = (distinct >> _SHIFT) << _SHIFT
-    left = np.maximum(distinct - td, base)
-    right = distinct[:-1][distinct[1:] <= distinct[:-1] + 1 + td] + 1
-    starts = _sorted_union(left, right)
-    new_sorted = np.sort((key_id << _SHIFT) + ts)
-    touch = np.searchsorted(new_sorted, starts + td, "right") - np.searchsorted(new_sorted, starts - 1, "left")
-    starts = starts[touch > 0]
-    lo = np.searchsorted(T, starts, "left")
-    hi = np.searchsorted(T, starts + td, "right")
+    d_lo_end = np.append(d_lo, N)  # [q]: records <= d[q - 1]
+    d = T[d_lo]
+    first_at = np.minimum.reduceat(arr, d_lo)
+    base = (d >> _SHIFT) << _SHIFT
 
-    first_in = _SparseTable(arr, np.minimum).query(lo, hi)  # -1: a record from before the batch
-    first_at = np.minimum.reduceat(arr, d_lo) if len(arr) else arr
+    iL = d - td
+    sL = np.maximum(iL, base)
+    clipped = iL < base
+    iL = np.flatnonzero(sL >= cut_abs[d >> _SHIFT])
+    sL, clipped = sL[iL], clipped[iL]
+    pL = np.searchsorted(d, sL, "left")
+    loL = d_lo[pL]
+    hiL = d_lo_end[iL + 1]
+    if clipped.any():  # [0, td] holds more than the records up to d
+        cl = np.flatnonzero(clipped)
+        hiL[cl] = d_lo_end[np.searchsorted(d, sL[cl] + td, "right")]
+    below = pL - 1
+    before_L = np.where((pL > 0) & (d[below] == sL - 1), first_at[below], _BIG)
+    after_L = first_at[iL]  # the record at s + td (a clipped window starts at 0, where edges do not count)
 
-    def first_exact(t: np.ndarray) -> np.ndarray:
-        pos = np.minimum(np.searchsorted(distinct, t), len(distinct) - 1)
-        return np.where(distinct[pos] == t, first_at[pos], _BIG)
+    iR = np.flatnonzero(d[1:] <= d[:-1] + 1 + td)
+    sR = d[iR] + 1
+    loR = d_lo[iR + 1]
+    qR = np.searchsorted(d, sR + td, "right")
+    hiR = d_lo_end[qR]
+    before_R = first_at[iR]
+    after_R = np.where(d[qR - 1] == sR + td, first_at[qR - 1], _BIG)
 
-    at_zero = (starts & (_OFF - 1)) == 0
-    edge = np.minimum(first_exact(starts - 1), first_exact(starts + td))
+    S = np.concatenate([sL, sR])
+    m = np.argsort(S, kind="stable")  # two sorted runs
+    S = S[m]
+    keep = np.ones(len(S), bool)
+    keep[1:] = S[1:] != S[:-1]
+    m = m[keep]
+    starts = S[keep]
+    lo = np.concatenate([loL, loR])[m]
+    hi = np.concatenate([hiL, hiR])[m]
+    edge = np.minimum(np.concatenate([before_L, before_R])[m], np.concatenate([after_L, after_R])[m])
+
+    # creation: the first arrival that makes W(s) non-empty and different from W(s - 1); -1: before the batch
+    at_zero = (starts & _LOCAL) == 0
+    k = _log2(hi - lo)
+    first_in = _range(arr, np.minimum, lo, hi, k)
     created_at = np.where(at_zero, first_in, np.maximum(first_in, edge))
-    last_writer = np.maximum(created_at, _SparseTable(arr, np.maximum).query(lo, hi))
-    written = last_writer >= 0
-    if not written.all():
-        starts, lo, hi = starts[written], lo[written], hi[written]
-        created_at, last_writer, at_zero = created_at[written], last_writer[written], at_zero[written]
-    counts = hi - lo
-    max_ts = T[hi - 1] & (_OFF - 1)
-    parts = _aggregate(plan, parts_all, lo, hi)
+    existed = created_at < 0
+    old_cnt = np.fromiter((len(kw.cols.starts) - j for kw, j in zip(kws, col_j)), _I64, K)
+    old_starts = _concat([kw.cols.starts[j:] for kw, j in zip(kws, col_j)]) + np.repeat(offs, old_cnt)
+    if not np.array_equal(starts[existed], old_starts):
+        return None
+    last_writer = np.maximum(created_at, _range(arr, np.maximum, lo, hi, k))
+    w = np.flatnonzero(last_writer >= 0)
 
-    # order within the writing record (see the module docstring)
+    # flush order: by last writer, then the order of writes within the writing record (module docstring):
+    # category, then start (ascending for an early writer, else descending). A writer's rows are of one key
+    # and ascending here, so the row index stands for the start; one int64 key sorts all three at once (it
+    # is unique: one writer, one row per start).
+    lw = last_writer[w]
+    local = starts[w] & _LOCAL
     ts_by_arrival = np.zeros(n_records, _I64)
     ts_by_arrival[arrival] = ts
-    writer_ts = ts_by_arrival[last_writer]
-    local = starts & (_OFF - 1)
-    by_creation = created_at == last_writer
+    writer_ts = ts_by_arrival[lw]
+    by_creation = created_at[w] == lw
     early = writer_ts < td
     late_c = ~early & by_creation
-    cat = np.zeros(len(starts), _I64)
+    cat = np.zeros(len(w), _I64)
     cat[late_c] = 1
     cat[late_c & (local == writer_ts - td)] = 2
     cat[late_c & (local == writer_ts + 1)] = 3
     early_c = early & by_creation
     cat[early_c] = 2
     cat[early_c & (local == writer_ts + 1)] = 1
-    cat[early & at_zero] = 3
-    # flush order: by last writer, then category, then start (ascending for an early writer, else descending).
-    # Rows are in ascending start here and a writer's rows are of one key, so the row index stands for the
-    # start; one int64 key sorts all three at once (it is unique: one writer, one row per start).
-    q = len(starts)
+    cat[early & at_zero[w]] = 3
+    q = len(w)
     rank = np.arange(q, dtype=_I64)
-    flush_key = (last_writer * 4 + cat) * (2 * q + 1) + np.where(early, rank, -rank) + q
+    flush_key = (lw * 4 + cat) * (2 * q + 1) + np.where(early, rank, -rank) + q
 
-    # merge the written windows into every key's columns, then split back per key
-    tails = [kw.cols.take(slice(j, None)) for kw, j in zip(kws, col_j)]
-    old_cnt = np.fromiter((len(c) for c in tails), _I64, K)
-    S_old = _concat([c.starts for c in tails]) + np.repeat(offs, old_cnt)
-    union = _sorted_union(S_old, starts)
-    ie = np.searchsorted(union, S_old)
-    iw = np.searchsorted(union, starts)
+    return _Written(
+        cut, col_j, raw_j, T, raw_parts, starts, T[hi - 1] & _LOCAL, hi - lo, _aggregate(plan, raw_parts, lo, hi),
+        len(starts) - len(old_starts), w[np.argsort(flush_key)],
+    )
 
-    def merged(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        out = np.empty(len(union), dtype=np.result_type(a, b))
-        out[ie] = a
-        out[iw] = b
-        return out
 
-    m_ts = merged(_concat([c.ts for c in tails]), max_ts)
-    m_counts = merged(_concat([c.counts for c in tails]), counts)
-    m_parts = [
-        None if p is None else merged(_concat([c.parts[i] for c in tails], p.dtype), p)
-        for i, p in enumerate(parts)
-    ]
-    w_bounds = np.searchsorted(union, offs).tolist() + [len(union)]
-    r_bounds = np.searchsorted(T, offs).tolist() + [len(T)]
-    raw_local = T & (_OFF - 1)
-    u_local = union & (_OFF - 1)
-
-    def joined(head: np.ndarray, tail: np.ndarray) -> np.ndarray:
-        return np.concatenate([head, tail]) if len(head) else tail
-
+def _store(kws: list["KeyWindows"], res: _Written, bound: int) -> int:
+    """Store the recomputed suffixes into every key and drop what is below the purge ``bound``; returns how
+    many windows were dropped."""
+    K = len(kws)
+    offs = np.arange(K, dtype=_I64) << _SHIFT
+    w_bounds = np.searchsorted(res.starts, offs).tolist() + [len(res.starts)]
+    r_bounds = np.searchsorted(res.raw_ts, offs).tolist() + [len(res.raw_ts)]
+    starts = res.starts & _LOCAL
+    raw_ts = res.raw_ts & _LOCAL
+    dropped = 0
     for k, kw in enumerate(kws):
         a, b = w_bounds[k], w_bounds[k + 1]
-        j = col_j[k]
+        j = res.col_j[k]
         c = kw.cols
+        h = 0 if not j or c.starts[0] >= bound else min(int(np.searchsorted(c.starts, bound)), j)
+        t = a if res.cut[k] >= bound else a + int(np.searchsorted(starts[a:b], bound))
+        dropped += h + t - a
         kw.cols = Cols(
-            joined(c.starts[:j], u_local[a:b]),
-            joined(c.ts[:j], m_ts[a:b]),
-            joined(c.counts[:j], m_counts[a:b]),
-            [None if p is None else joined(op[:j], p[a:b]) for op, p in zip(c.parts, m_parts)],
+            _joined(c.starts, h, j, starts, t, b),
+            _joined(c.ts, h, j, res.ts, t, b),
+            _joined(c.counts, h, j, res.counts, t, b),
+            [None if p is None else _joined(op, h, j, p, t, b) for op, p in zip(c.parts, res.parts)],
         )
         a, b = r_bounds[k], r_bounds[k + 1]
-        j = raw_j[k]
-        kw.raw_ts = joined(kw.raw_ts[:j], raw_local[a:b])
-        kw.raw_cols = [None if p is None else joined(op[:j], p[a:b]) for op, p in zip(kw.raw_cols, parts_all)]
-    created = len(union) - len(S_old)
-    return flush_key, starts >> _SHIFT, local, max_ts, counts, parts, created
+        j = res.raw_j[k]
+        old = kw.raw_ts
+        h = 0 if not j or old[0] >= bound else min(int(np.searchsorted(old, bound)), j)
+        t = a if res.cut[k] - 1 >= bound else a + int(np.searchsorted(raw_ts[a:b], bound))
+        kw.raw_ts = _joined(old, h, j, raw_ts, t, b)
+        kw.raw_cols = [None if p is None else _joined(op, h, j, p, t, b) for op, p in zip(kw.raw_cols, res.raw_parts)]
+    return dropped
+
+
+def _joined(head: np.ndarray, h: int, j: int, tail: np.ndarray, t: int, b: int) -> np.ndarray:
+    """``head[h:j]`` followed by ``tail[t:b]``."""
+    return np.concatenate([head[h:j], tail[t:b]]) if j > h else tail[t:b]
 
 
 def process_batch(proc: "SlidingWindowProcessor", records: Sequence[tuple[Hashable, Any, Any]]) -> bool:
@@ -492,9 +529,12 @@ def process_columns(
         if missing:
             raise ValueError(f"process_columns: fields lacks the aggregation input(s) {', '.join(missing)}")
     td, grace = proc.td, proc.grace
-    karr = np.empty(n, dtype=object)
-    karr[:] = list(keys)
-    null_key = np.equal(karr, None)
+    # factorize keys: ids in order of first appearance
+    ids: dict[Hashable, int] = dict.fromkeys(keys)  # type: ignore[assignment]
+    for i, k in enumerate(ids):
+        ids[k] = i
+    all_id = np.fromiter(map(ids.__getitem__, keys), _I64, n)
+    null_key = all_id == ids[None] if None in ids else np.zeros(n, bool)
     null_value = np.zeros(n, bool) if varr is None else np.equal(varr, None)
     ts, bad_ts = _timestamps(timestamps)
     if (ts >= _MAX_TS).any():
@@ -509,11 +549,16 @@ def process_columns(
     accepted = ~invalid & ~late
     acc_idx = np.flatnonzero(accepted)
 
-    # factorize keys (first-appearance order)
-    acc_keys = karr[acc_idx].tolist()
-    batch_keys = list(dict.fromkeys(acc_keys))
-    ids = {k: i for i, k in enumerate(batch_keys)}
-    key_id = np.fromiter(map(ids.__getitem__, acc_keys), _I64, len(acc_keys))
+    # the batch's keys: those of accepted records, in order of first appearance among them
+    key_id = all_id[acc_idx]
+    seen, first_idx = np.unique(key_id, return_index=True)
+    in_order = seen[np.argsort(first_idx)]
+    if not np.array_equal(in_order, np.arange(len(ids))):
+        renumber = np.zeros(len(ids), _I64)
+        renumber[in_order] = np.arange(len(in_order))
+        key_id = renumber[key_id]
+    uniq = list(ids)
+    batch_keys = [uniq[i] for i in in_order.tolist()]
 
     parts_new = []
     for kind, field in plan:
@@ -559,6 +604,10 @@ def process_columns(
             return fallback()
         kws.append(kw)
 
+    res = _kernel(td, plan, kws, key_id, acc_idx.astype(_I64), acc_ts, parts_new, n) if len(acc_idx) else None
+    if len(acc_idx) and res is None:
+        return fallback()
+
     # commit
     stats = proc.stats
     stats.records += n
@@ -580,41 +629,43 @@ def process_columns(
             # invalid records do not advance stream time, so st_run[i] is the stream time at the drop
             proc._drop(keys[i], dropped_values[i], timestamps[i], reasons[reason_of[i]], int(st_run[i]))
     stats.accepted += len(acc_idx)
-    if not len(acc_idx):
+    if res is None:
         return True
 
-    flush_key, kid, start, max_ts, counts, parts, created = _kernel(
-        td, plan, kws, key_id, acc_idx.astype(_I64), acc_ts, parts_new, n
-    )
-    stats.windows_created += created
-    stats.windows_updated += len(start) - created
-    store._size += created
-    if len(start):
-        top = int(start.max())
+    out = res.flushed
+    stats.windows_created += res.created
+    stats.windows_updated += len(out) - res.created
+    store._size += res.created
+    start = res.starts[out]
+    local = start & _LOCAL
+    if len(out):
+        top = int(local.max())
         if top > store.store_time:
             store.store_time = top
     kms = store.key_max_start
-    for key, kw in zip(batch_keys, kws):
-        if len(kw.cols):
-            top = int(kw.cols.starts[-1])
-            if top > kms.get(key, -1):
-                kms[key] = top
+    ends = (np.searchsorted(res.starts, np.arange(1, len(kws) + 1, dtype=_I64) << _SHIFT) - 1).tolist()
+    for k, (key, kw) in enumerate(zip(batch_keys, kws)):
+        e = ends[k]
+        if e >= 0 and res.starts[e] >> _SHIFT == k:
+            top = int(res.starts[e] & _LOCAL)
+        elif res.col_j[k]:
+            top = int(kw.cols.starts[res.col_j[k] - 1])
+        else:
+            continue
+        if top > kms.get(key, -1):
+            kms[key] = top
     store.dirty.update(batch_keys)
+    m = _store(kws, res, store.purge_bound())
+    store.expired += m
+    store._size -= m
 
-    bound = store.purge_bound()
-    for kw in kws:
-        m = _trim(kw, bound)
-        store.expired += m
-        store._size -= m
-
-    order = np.argsort(flush_key)
     seg = {
         "keys": batch_keys,
-        "key_id": kid[order],
-        "start": start[order],
-        "ts": max_ts[order],
-        "count": counts[order],
-        "parts": [None if p is None else p[order] for p in parts],
+        "key_id": start >> _SHIFT,
+        "start": local,
+        "ts": res.ts[out],
+        "count": res.counts[out],
+        "parts": [None if p is None else p[out] for p in res.parts],
     }
     if proc._dirty:  # keep the last-write order across record-path writes and this batch
         proc._segments.append(("dict", proc._dirty))
