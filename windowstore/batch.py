@@ -48,7 +48,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["process_batch", "batch_plan", "attach", "Plan"]
 
 Plan = list[tuple[str, str | None]]
-_BIG = np.iinfo(np.int64).max
+_I32 = np.int32
+_NO_ARRIVAL = np.iinfo(_I32).max  # arrival indexes are int32 (-1: a record from before the batch)
 _LIMIT = 1 << 62
 _I64 = np.int64
 
@@ -330,7 +331,7 @@ def _kernel(
     T = np.concatenate([old_T, new_t])
     order = np.argsort(T, kind="stable")  # two sorted runs (a merge); old records first within a timestamp
     T = T[order]
-    arr = np.concatenate([np.full(len(old_T), -1, _I64), arrival[o]])[order]  # -1: from before the batch
+    arr = np.concatenate([np.full(len(old_T), -1, _I32), arrival[o].astype(_I32)])[order]
     raw_parts = [
         None
         if kind == "count"
@@ -340,7 +341,7 @@ def _kernel(
 
     # R3 window starts over the distinct timestamps d: left windows max(d - td, 0) and right windows d + 1
     # (when a record follows within td + 1); per start the record range [lo, hi) of its window and the first
-    # arrival of a record at start - 1 and at start + td (_BIG: none)
+    # arrival of a record at start - 1 or at start + td (``edge``; _NO_ARRIVAL: none)
     N = len(T)
     first = np.ones(N, bool)
     first[1:] = T[1:] != T[:-1]
@@ -350,9 +351,9 @@ def _kernel(
     first_at = np.minimum.reduceat(arr, d_lo)
     base = (d >> _SHIFT) << _SHIFT
 
-    iL = d - td
-    sL = np.maximum(iL, base)
-    clipped = iL < base
+    sL = d - td
+    clipped = sL < base
+    sL = np.maximum(sL, base)
     iL = np.flatnonzero(sL >= cut_abs[d >> _SHIFT])
     sL, clipped = sL[iL], clipped[iL]
     pL = np.searchsorted(d, sL, "left")
@@ -362,16 +363,16 @@ def _kernel(
         cl = np.flatnonzero(clipped)
         hiL[cl] = d_lo_end[np.searchsorted(d, sL[cl] + td, "right")]
     below = pL - 1
-    before_L = np.where((pL > 0) & (d[below] == sL - 1), first_at[below], _BIG)
-    after_L = first_at[iL]  # the record at s + td (a clipped window starts at 0, where edges do not count)
+    before_L = np.where((pL > 0) & (d[below] == sL - 1), first_at[below], _NO_ARRIVAL)
+    # first_at[iL]: the record at s + td (a clipped window starts at 0, where edges do not count)
+    edge_L = np.minimum(before_L, first_at[iL])
 
     iR = np.flatnonzero(d[1:] <= d[:-1] + 1 + td)
     sR = d[iR] + 1
     loR = d_lo[iR + 1]
     qR = np.searchsorted(d, sR + td, "right")
     hiR = d_lo_end[qR]
-    before_R = first_at[iR]
-    after_R = np.where(d[qR - 1] == sR + td, first_at[qR - 1], _BIG)
+    edge_R = np.minimum(first_at[iR], np.where(d[qR - 1] == sR + td, first_at[qR - 1], _NO_ARRIVAL))
 
     S = np.concatenate([sL, sR])
     m = np.argsort(S, kind="stable")  # two sorted runs
@@ -382,7 +383,7 @@ def _kernel(
     starts = S[keep]
     lo = np.concatenate([loL, loR])[m]
     hi = np.concatenate([hiL, hiR])[m]
-    edge = np.minimum(np.concatenate([before_L, before_R])[m], np.concatenate([after_L, after_R])[m])
+    edge = np.concatenate([edge_L, edge_R])[m]
 
     # creation: the first arrival that makes W(s) non-empty and different from W(s - 1); -1: before the batch
     at_zero = (starts & _LOCAL) == 0
@@ -401,7 +402,7 @@ def _kernel(
     # category, then start (ascending for an early writer, else descending). A writer's rows are of one key
     # and ascending here, so the row index stands for the start; one int64 key sorts all three at once (it
     # is unique: one writer, one row per start).
-    lw = last_writer[w]
+    lw = last_writer[w].astype(_I64)
     local = starts[w] & _LOCAL
     ts_by_arrival = np.zeros(n_records, _I64)
     ts_by_arrival[arrival] = ts
