@@ -530,10 +530,7 @@ def process_columns(
         if missing:
             raise ValueError(f"process_columns: fields lacks the aggregation input(s) {', '.join(missing)}")
     td, grace = proc.td, proc.grace
-    # factorize keys: ids in order of first appearance
-    ids: dict[Hashable, int] = dict.fromkeys(keys)  # type: ignore[assignment]
-    for i, k in enumerate(ids):
-        ids[k] = i
+    ids = _Ids()  # keys -> ids in order of first appearance, in one pass
     all_id = np.fromiter(map(ids.__getitem__, keys), _I64, n)
     null_key = all_id == ids[None] if None in ids else np.zeros(n, bool)
     null_value = np.zeros(n, bool) if varr is None else np.equal(varr, None)
@@ -551,15 +548,18 @@ def process_columns(
     acc_idx = np.flatnonzero(accepted)
 
     # the batch's keys: those of accepted records, in order of first appearance among them
-    key_id = all_id[acc_idx]
-    seen, first_idx = np.unique(key_id, return_index=True)
-    in_order = seen[np.argsort(first_idx)]
-    if not np.array_equal(in_order, np.arange(len(ids))):
+    if len(acc_idx) == n:
+        key_id = all_id
+        batch_keys = list(ids)
+    else:
+        key_id = all_id[acc_idx]
+        seen, first_idx = np.unique(key_id, return_index=True)
+        in_order = seen[np.argsort(first_idx)]
         renumber = np.zeros(len(ids), _I64)
         renumber[in_order] = np.arange(len(in_order))
         key_id = renumber[key_id]
-    uniq = list(ids)
-    batch_keys = [uniq[i] for i in in_order.tolist()]
+        uniq = list(ids)
+        batch_keys = [uniq[i] for i in in_order.tolist()]
 
     parts_new = []
     for kind, field in plan:
@@ -675,6 +675,22 @@ def process_columns(
     return True
 
 
+class _Ids(dict):  # type: ignore[type-arg]
+    """``ids[key]``: the key's id, a new one (0, 1, ...) for a key not seen yet."""
+
+    def __missing__(self, key: Hashable) -> int:
+        i = self[key] = len(self)
+        return i
+
+
+def _object_array(items: Sequence[Any]) -> np.ndarray:
+    """A 1-d object array of ``items`` (tuples stay elements)."""
+    out = np.empty(len(items), dtype=object)
+    for i, item in enumerate(items):
+        out[i] = item
+    return out
+
+
 def _values_from_fields(fields: dict[str | None, Any], n: int) -> list[Any]:
     if None in fields:
         return np.asarray(fields[None]).tolist()
@@ -743,7 +759,7 @@ def flush_columns(proc: "SlidingWindowProcessor") -> dict[str, Any]:
                 values[name] = col
         proc.stats.updates_emitted += len(start)
         return {
-            "key": [keys[k] for k in seg["key_id"].tolist()],
+            "key": _object_array(keys)[seg["key_id"]].tolist(),
             "start": start,
             "end": start + proc.td,
             "ts": seg["ts"],

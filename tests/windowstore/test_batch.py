@@ -163,3 +163,19 @@ def test_process_columns_names_missing_fields():
     proc = SlidingWindowProcessor(SlidingWindows(10, 0), Field(Sum(), "amount"), "update", batch=True)
     with pytest.raises(ValueError, match="fields lacks the aggregation input"):
         proc.process_columns(["a"], np.array([5]), {"other": np.array([1])})
+
+
+def test_flush_columns_keeps_composite_keys_whole():
+    """Tuple (and other sequence-like) keys come out of flush_columns as the same objects, one per row."""
+    import numpy as np
+
+    keys = [("a", 1), ("b", 2), ("a", 1), None, ("b", 2)]
+    stamps = np.array([5, 6, 7, 8, 20], dtype=np.int64)
+    want = SlidingWindowProcessor(SlidingWindows(10, 5), Count(), "update", batch=True)
+    for k, t in zip(keys, stamps.tolist()):
+        want.process(k, 1, t)
+    proc = SlidingWindowProcessor(SlidingWindows(10, 5), Count(), "update", batch=True)
+    assert proc.process_columns(keys, stamps, {None: np.ones(5, dtype=np.int64)})
+    cols = proc.flush_columns()
+    assert cols["key"] == [u.key for u in want.flush()]
+    assert all(type(k) is tuple for k in cols["key"])
