@@ -503,9 +503,9 @@ class SlidingWindowProcessor:
             if key not in store.key_max_start:
                 out[key] = None
                 continue
-            if key in store.keys:
-                kw = store._load(key)
-                out[key] = encode_key_windows(kw) if kw.starts else None  # type: ignore[union-attr]
+            kw = store.keys.get(key)
+            if kw is not None:  # as held: a batch-path key is written from its columns, not materialized
+                out[key] = encode_key_windows(kw) if len(kw) else None
         return out
 
     def dirty_keys(self) -> set[Hashable]:
@@ -545,15 +545,21 @@ class SlidingWindowProcessor:
         """A processor over external state: ``meta`` from :meth:`export_meta` (``None`` for a new task) and
         ``loader(key)`` returning the key's blob from :meth:`export_keys` (``None`` if absent), called the
         first time a key is touched."""
-        from .serde import apply_meta, decode_key_windows
+        from .serde import apply_meta, decode_key_windows, entries_from_columns
 
         proc = cls(windows, aggregation, emit, **kwargs)
         if meta is not None:
             apply_meta(proc, meta)
+        store = proc.store
 
         def load(key: Hashable) -> Any:
             blob = loader(key)
-            return None if blob is None else decode_key_windows(blob)
+            if blob is None:
+                return None
+            kw = decode_key_windows(blob)
+            if kw.cols is not None and store.materialize is None:  # columns written by a batch-path processor
+                entries_from_columns(kw, proc.aggregation)
+            return kw
 
         proc.store.loader = load
         return proc

@@ -2,9 +2,16 @@
 
 Two granularities, so a state backend can hold one entry per key plus one per task:
 
-* a **key blob** - one key's windows: ``starts``, ``max_ts`` and ``count`` as little-endian int64 arrays
-  (starts delta-encoded), then the accumulators (pickled list: accumulators are plain immutable Python values)
-  and, when the batch path is on, the key's raw records within retention;
+* a **key blob** - one key's windows, in one of two layouts (the first byte is the format):
+
+  - format 1 (*entries*, a key the record path holds): ``starts``, ``max_ts`` and ``count`` as little-endian
+    int64 arrays (starts delta-encoded), then the accumulators (pickled list: accumulators are plain immutable
+    Python values) and, when the batch path is on, the key's raw records within retention;
+  - format 2 (*columns*, a key the batch path holds as numpy columns): a header (window count, raw record
+    count, one type code per aggregation part for the window column and for the raw column: absent / int64 /
+    float64), then little-endian arrays ``starts``, ``max_ts``, ``count``, each present part column, raw
+    ``ts`` and each present raw column. Written straight from the columns and read back as columns, so a
+    batch-path key is never turned into Python entries and back just to be persisted;
 * the **task meta** - everything else of the processor: observed stream time (R7), last emit close time (R27),
   store time and expiry index, pending emit-on-close windows, unflushed update-mode entries and counters.
 
@@ -32,6 +39,7 @@ __all__ = [
     "StateFormatError",
     "encode_key_windows",
     "decode_key_windows",
+    "entries_from_columns",
     "encode_meta",
     "apply_meta",
     "dump_processor",
@@ -39,9 +47,13 @@ __all__ = [
 ]
 
 KEY_FORMAT = 1
+KEY_FORMAT_COLUMNS = 2
 META_FORMAT = 1
 SNAPSHOT_FORMAT = 1
 _HEADER = struct.Struct("<BI")  # format version, number of windows
+_COLUMNS_HEADER = struct.Struct("<BIIB")  # format 2, number of windows, number of raw records, number of parts
+_NO_COLUMN, _INT64, _FLOAT64 = 0, 1, 2
+_DTYPES = {_INT64: "<i8", _FLOAT64: "<f8"}
 _LITTLE = array("q", [1]).tobytes()[0] == 1
 
 
@@ -64,8 +76,73 @@ def _int64_array(data: bytes | memoryview) -> array:
     return a
 
 
+def _type_code(col: Any) -> int:
+    if col is None:
+        return _NO_COLUMN
+    kind = col.dtype.kind
+    if kind in "iu":
+        return _INT64
+    if kind == "f":
+        return _FLOAT64
+    raise StateFormatError(f"cannot store a column of dtype {col.dtype}")
+
+
+def _column_dtypes(codes: bytes, parts: int) -> list[str]:
+    """Little-endian dtypes of a format-2 blob's arrays, in order (see :func:`_encode_columns`)."""
+    i64 = _DTYPES[_INT64]
+    return [i64] * 3 + [_DTYPES[x] for x in codes[:parts] if x] + [i64] + [_DTYPES[x] for x in codes[parts:] if x]
+
+
+def _encode_columns(kw: KeyWindows) -> bytes:
+    """Format 2: a batch-path key's numpy columns as they are (see the module docstring)."""
+    c = kw.cols
+    parts = list(c.parts)
+    raw_cols = list(kw.raw_cols or ())
+    if len(raw_cols) != len(parts):
+        raise StateFormatError(f"{len(parts)} window columns but {len(raw_cols)} raw columns")
+    codes = bytes([_type_code(x) for x in parts] + [_type_code(x) for x in raw_cols])
+    arrays = [c.starts, c.ts, c.counts, *(x for x in parts if x is not None), kw.raw_ts,
+              *(x for x in raw_cols if x is not None)]
+    chunks = [_COLUMNS_HEADER.pack(KEY_FORMAT_COLUMNS, len(c.starts), len(kw.raw_ts), len(parts)), codes]
+    chunks.extend(a.astype(t, copy=False).tobytes() for a, t in zip(arrays, _column_dtypes(codes, len(parts))))
+    return b"".join(chunks)
+
+
+def _decode_columns(data: bytes) -> KeyWindows:
+    """Inverse of :func:`_encode_columns`: a key held as columns (writable arrays)."""
+    import numpy as np
+
+    from .batch import Cols
+
+    if len(data) < _COLUMNS_HEADER.size:
+        raise StateFormatError("key state blob is truncated")
+    _version, n, m, p = _COLUMNS_HEADER.unpack_from(data)
+    off = _COLUMNS_HEADER.size
+    codes = bytes(data[off : off + 2 * p])
+    off += 2 * p
+    if len(codes) != 2 * p or any(x not in (_NO_COLUMN, _INT64, _FLOAT64) for x in codes):
+        raise StateFormatError("key state blob has unknown column types")
+    widths = [n, n, n] + [n for x in codes[:p] if x] + [m] + [m for x in codes[p:] if x]
+    if len(data) != off + 8 * sum(widths):
+        raise StateFormatError("key state blob has the wrong length")
+    buf = bytearray(data)  # one copy: the arrays below are writable views of it
+    arrays = []
+    for width, dtype in zip(widths, _column_dtypes(codes, p)):
+        arrays.append(np.frombuffer(buf, dtype=dtype, count=width, offset=off))
+        off += 8 * width
+    it = iter(arrays)
+    starts, ts, counts = next(it), next(it), next(it)
+    kw = KeyWindows()
+    kw.cols = Cols(starts, ts, counts, [next(it) if x else None for x in codes[:p]])
+    kw.raw_ts = next(it)
+    kw.raw_cols = [next(it) if x else None for x in codes[p:]]
+    return kw
+
+
 def encode_key_windows(kw: KeyWindows) -> bytes:
-    """One key's windows as bytes (see the module docstring)."""
+    """One key's windows as bytes (see the module docstring): format 2 for a key held as columns, else 1."""
+    if kw.cols is not None:
+        return _encode_columns(kw)
     starts = kw.starts
     n = len(starts)
     entries = kw.entries
@@ -88,8 +165,11 @@ def decode_key_windows(data: bytes) -> KeyWindows:
     if len(view) < _HEADER.size:
         raise StateFormatError("key state blob is truncated")
     version, n = _HEADER.unpack_from(view)
+    if version == KEY_FORMAT_COLUMNS:
+        return _decode_columns(data)
     if version != KEY_FORMAT:
-        raise StateFormatError(f"key state format {version} is not supported (expected {KEY_FORMAT})")
+        raise StateFormatError(f"key state format {version} is not supported (expected {KEY_FORMAT} or "
+                               f"{KEY_FORMAT_COLUMNS})")
     off = _HEADER.size
     width = 8 * n
     if len(view) < off + 3 * width:
@@ -111,6 +191,17 @@ def decode_key_windows(data: bytes) -> KeyWindows:
         starts.append(s)
         entries[s] = [accs[i], max_ts[i], counts[i]]
     return kw
+
+
+def entries_from_columns(kw: KeyWindows, aggregation: Any) -> None:
+    """Turn a key read as columns (format 2) into entries, for a processor without the batch path."""
+    from .aggregations import Composite
+    from .batch import _materialize, batch_plan
+
+    plan = batch_plan(aggregation)
+    if plan is None:
+        raise StateFormatError("columnar key state was written for an aggregation this processor does not have")
+    _materialize(kw, plan, isinstance(aggregation, Composite))
 
 
 def encode_meta(proc: "SlidingWindowProcessor") -> bytes:

@@ -147,8 +147,8 @@ class WindowStore:
                 if kw is not None:
                     self.keys[key] = kw
                     self._size += len(kw)
-        elif kw.cols is not None or (kw.raw_ts is not None and not isinstance(kw.raw_ts, list)):
-            self.materialize(kw)  # type: ignore[misc]
+        if kw is not None and (kw.cols is not None or (kw.raw_ts is not None and not isinstance(kw.raw_ts, list))):
+            self.materialize(kw)  # type: ignore[misc]  (a loaded key may come as columns too)
         return kw
 
     #: set by the batch path: turns columnar windows/raw records of a key back into entries/lists
