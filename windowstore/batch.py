@@ -207,8 +207,9 @@ def _trim(kw: "KeyWindows", bound: int) -> int:
 
 # -------------------------------------------------------------------------------------------------- kernels
 def _log2(n: np.ndarray) -> np.ndarray:
-    """``floor(log2(n))`` of positive integers (exact below 2**53)."""
-    return np.frexp(n.astype(np.float64))[1].astype(_I64) - 1
+    """``floor(log2(n))`` of positive integers (window lengths: a lookup in a table up to the largest)."""
+    top = int(n.max()) if len(n) else 1
+    return (np.frexp(np.arange(top + 1, dtype=np.float64))[1] - 1).astype(_I64)[n]
 
 
 def _range(values: np.ndarray, op: Any, lo: np.ndarray, hi: np.ndarray, k: np.ndarray | None = None) -> np.ndarray:
@@ -354,23 +355,29 @@ def _kernel(
     sL = d - td
     clipped = sL < base
     sL = np.maximum(sL, base)
-    iL = np.flatnonzero(sL >= cut_abs[d >> _SHIFT])
+    key_of = d >> _SHIFT
+    iL = np.flatnonzero(sL >= cut_abs[key_of])  # the left windows of the suffix
     sL, clipped = sL[iL], clipped[iL]
-    pL = np.searchsorted(d, sL, "left")
-    loL = d_lo[pL]
+    # the only binary search: a[j] = the first distinct timestamp >= s - 1 of left window j's key. Counting
+    # gives the right ends: #{j : a[j] <= i} = #{j : d[j] <= d[i] + td + 1} for d[i] >= cut - 1, when a[j] is
+    # the key's first index for the j below the suffix (d[j] < cut + td)
+    aL = np.searchsorted(d, sL - 1, "left")
+    a = np.searchsorted(d, offs)[key_of]
+    a[iL] = aL
+    at_or_below = np.cumsum(np.bincount(a, minlength=len(d)))
+    before = d[aL] == sL - 1  # a record at s - 1 (never for a clipped window: s - 1 is below the key)
+    loL = d_lo[aL + before]
     hiL = d_lo_end[iL + 1]
     if clipped.any():  # [0, td] holds more than the records up to d
         cl = np.flatnonzero(clipped)
         hiL[cl] = d_lo_end[np.searchsorted(d, sL[cl] + td, "right")]
-    below = pL - 1
-    before_L = np.where((pL > 0) & (d[below] == sL - 1), first_at[below], _NO_ARRIVAL)
     # first_at[iL]: the record at s + td (a clipped window starts at 0, where edges do not count)
-    edge_L = np.minimum(before_L, first_at[iL])
+    edge_L = np.minimum(np.where(before, first_at[aL], _NO_ARRIVAL), first_at[iL])
 
     iR = np.flatnonzero(d[1:] <= d[:-1] + 1 + td)
     sR = d[iR] + 1
     loR = d_lo[iR + 1]
-    qR = np.searchsorted(d, sR + td, "right")
+    qR = at_or_below[iR]
     hiR = d_lo_end[qR]
     edge_R = np.minimum(first_at[iR], np.where(d[qR - 1] == sR + td, first_at[qR - 1], _NO_ARRIVAL))
 

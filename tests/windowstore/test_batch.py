@@ -179,3 +179,19 @@ def test_flush_columns_keeps_composite_keys_whole():
     cols = proc.flush_columns()
     assert cols["key"] == [u.key for u in want.flush()]
     assert all(type(k) is tuple for k in cols["key"])
+
+
+def test_batch_falls_back_when_stored_windows_are_not_r3():
+    """The batch path recomputes a key's recent windows from its raw records; it checks the stored window
+    starts first and leaves the batch to the record path when they disagree (never silently rewrites)."""
+    import numpy as np
+
+    proc = SlidingWindowProcessor(SlidingWindows(10, 50), Sum(), "update", batch=True)
+    assert proc.process_columns(["k"] * 3, np.array([5, 9, 14]), {None: np.array([1, 2, 3])})
+    proc.flush_columns()
+    kw = proc.store.keys["k"]
+    assert kw.cols.starts.tolist() == [0, 4, 6, 10]
+    kw.cols = kw.cols.take(kw.cols.starts != 6)  # lose a window the next batch recomputes
+    before = proc.stats.accepted
+    assert not proc.process_columns(["k"], np.array([16]), {None: np.array([4])})
+    assert proc.stats.accepted == before + 1  # the record path took the record
