@@ -106,6 +106,13 @@ class WindowStore:
         self.retention_ms = retention_ms
         self.visibility = visibility
         self.purge_margin_ms = purge_margin_ms
+        #: read bound = store_time - _read_lag (None: unbounded); purge bound = store_time - _purge_lag
+        self._read_lag: int | None = {
+            Visibility.KEY_FIRST: retention_ms - 1,
+            Visibility.TIME_FIRST: retention_ms,
+            Visibility.UNBOUNDED: None,
+        }[visibility]
+        self._purge_lag = purge_margin_ms if visibility is Visibility.UNBOUNDED else self._read_lag
         self.store_time = NO_TIMESTAMP
         #: windows of the keys held in memory (all keys, unless a ``loader`` brings them in on first use)
         self.keys: dict[Hashable, KeyWindows] = {}
@@ -120,22 +127,17 @@ class WindowStore:
     # -- visibility -------------------------------------------------------------------------------------------
     def read_bound(self) -> int:
         """Smallest window start a read can see now (inclusive)."""
-        st = self.store_time
-        if st == NO_TIMESTAMP:
+        lag = self._read_lag
+        if lag is None or self.store_time == NO_TIMESTAMP:
             return -(1 << 62)
-        if self.visibility is Visibility.KEY_FIRST:
-            return st - self.retention_ms + 1
-        if self.visibility is Visibility.TIME_FIRST:
-            return st - self.retention_ms
-        return -(1 << 62)
+        return self.store_time - lag
 
     def purge_bound(self) -> int:
         """Starts below this are never read again and may be dropped."""
-        if self.visibility is Visibility.UNBOUNDED:
-            if self.purge_margin_ms is None or self.store_time == NO_TIMESTAMP:
-                return -(1 << 62)
-            return self.store_time - self.purge_margin_ms
-        return self.read_bound()
+        lag = self._purge_lag
+        if lag is None or self.store_time == NO_TIMESTAMP:
+            return -(1 << 62)
+        return self.store_time - lag
 
     # -- writes -----------------------------------------------------------------------------------------------
     def _load(self, key: Hashable) -> KeyWindows | None:
@@ -158,11 +160,17 @@ class WindowStore:
 
     def windows_of(self, key: Hashable) -> KeyWindows:
         """The key's windows, trimmed to what is still visible (created empty if the key is new)."""
-        kw = self._load(key)
-        if kw is None:
-            kw = self.keys[key] = KeyWindows()
-        elif kw.starts and kw.starts[0] < (bound := self.purge_bound()):
-            n = kw.trim_below(bound)
+        kw = self.keys.get(key)
+        if kw is None or kw.cols is not None or (kw.raw_ts is not None and type(kw.raw_ts) is not list):
+            kw = self._load(key)
+            if kw is None:
+                kw = self.keys[key] = KeyWindows()
+                return kw
+        starts = kw.starts
+        # purge_bound() inline: with no store time yet, store_time - lag is below every start (>= 0)
+        lag = self._purge_lag
+        if starts and lag is not None and starts[0] < self.store_time - lag:
+            n = kw.trim_below(self.store_time - lag)
             self.expired += n
             self._size -= n
             self.dirty.add(key)
@@ -187,7 +195,8 @@ class WindowStore:
         """Add a window the key does not have yet (``entry`` = ``[acc, max_ts, count]``). Returns False, storing
         nothing, when ``start`` is below the read bound: Kafka's store would keep it invisible (or drop it as
         an expired segment), so no read could ever see it."""
-        if start < self.read_bound():
+        lag = self._read_lag
+        if lag is not None and start < self.store_time - lag and self.store_time != NO_TIMESTAMP:
             return False
         kw.entries[start] = entry
         starts = kw.starts
