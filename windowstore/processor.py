@@ -29,7 +29,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from .aggregations import Aggregation, Count, Sum
-from .store import NO_TIMESTAMP, Visibility, WindowStore, key_bytes
+from .store import NO_TIMESTAMP, KeyWindows, Visibility, WindowStore, key_bytes
 from .updates import DropReason, DroppedRecord, EmitMode, ProcessorStats, WindowUpdate
 from .windows import SlidingWindows
 
@@ -94,8 +94,12 @@ class SlidingWindowProcessor:
         self.stats = ProcessorStats()
         self.collect_drops = collect_drops
         self.drops: list[DroppedRecord] = []
-        # update mode: (key, start) -> (acc, ts, count) of the last write, ordered by last write (R21)
-        self._dirty: dict[tuple[Hashable, int], tuple[Any, int, int]] = {}
+        # update mode's record cache (R21), see :attr:`_dirty`: windows written since the last flush carry
+        # a write sequence number in their key's ``KeyWindows.stamps``; ``_touched`` lists those keys
+        self._cache: dict[tuple[Hashable, int], Any] = {}
+        self._touched: list[tuple[Hashable, KeyWindows]] = []
+        self._seq = 0
+        self._flushed_seq = 0  # _seq at the last flush/seal of the stamps
         # close mode: windows not yet emitted, by (start, key bytes) like Kafka's time-ordered store
         self._pending_close: list[tuple[int, bytes, Hashable]] = []
         self._accumulate = aggregation.accumulate
@@ -178,6 +182,7 @@ class SlidingWindowProcessor:
         are identical to calling :meth:`process` for each. Returns whether the batch path was taken."""
         from .batch import process_batch
 
+        self._seal_cache()  # the batch path may turn entries into columns: fix the cache's entries first
         return process_batch(self, records)
 
     def process_columns(
@@ -191,11 +196,18 @@ class SlidingWindowProcessor:
         None for the bare value: numeric array}) or the record ``values``. Same results as :meth:`process`."""
         from .batch import process_columns
 
+        self._seal_cache()  # the batch path may turn entries into columns: fix the cache's entries first
         return process_columns(self, keys, timestamps, fields, values)
 
     def flush(self) -> list[WindowUpdate]:
         """Update mode: the last value of every window written since the previous flush, ordered by last
         write (Kafka Streams' record cache flush, R21). Other modes: nothing."""
+        td = self.td
+        finish = self._finish
+        if self._touched and not self._segments and not self._cache:  # only stamped writes: no dict needed
+            out = self._stamped_updates(finish)
+            self.stats.updates_emitted += len(out)
+            return out
         if self._segments:
             from .batch import pending_entries
 
@@ -204,8 +216,6 @@ class SlidingWindowProcessor:
             return []
         else:
             pending, self._dirty = self._dirty, {}
-        td = self.td
-        finish = self._finish
         out = [
             _new_update(
                 WindowUpdate, (key, start, start + td, acc if finish is None else finish(acc), ts, count)
@@ -236,6 +246,64 @@ class SlidingWindowProcessor:
         return n
 
     # --------------------------------------------------------------------------------------------- internals
+    @property
+    def _dirty(self) -> dict[tuple[Hashable, int], Any]:
+        """Update mode's record cache as a dict ``(key, start) -> [acc, max_ts, count]`` ordered by last write
+        (R21): what Kafka Streams' cache would flush now. Stamped writes are moved into the dict first.
+        Assigning replaces the whole cache (stamped writes included)."""
+        self._seal_cache()
+        return self._cache
+
+    @_dirty.setter
+    def _dirty(self, cache: dict[tuple[Hashable, int], Any]) -> None:
+        for _key, kw in self._touched:
+            kw.stamps = None
+            kw.gone = None
+        self._touched = []
+        self._flushed_seq = self._seq
+        self._cache = cache
+
+    def _seal_cache(self) -> None:
+        """Move the stamped writes into the cache dict, in write order."""
+        if self._touched:
+            cache = self._cache
+            for u in self._stamped_updates(None):
+                k = (u[0], u[1])
+                cache.pop(k, None)
+                cache[k] = [u[3], u[4], u[5]]
+
+    def _stamped_updates(self, finish: Callable[[Any], Any] | None) -> list[WindowUpdate]:
+        """The windows stamped since the last flush/seal as updates (values through ``finish``), in last-write
+        order; clears the stamps. A window expired before the flush is still reported (its entry was kept)."""
+        base = self._flushed_seq + 1
+        span = self._seq + 1 - base
+        n = 0
+        for _key, kw in self._touched:
+            n += len(kw.stamps)  # type: ignore[arg-type]
+        # order by stamp: a slot per write when windows are written a few times each, else a sort
+        slots: list[Any] | None = [None] * span if span <= 8 * n else None
+        by_seq: dict[int, WindowUpdate] = {}
+        td = self.td
+        for key, kw in self._touched:
+            entries = kw.entries
+            gone = kw.gone
+            for s, seq in kw.stamps.items():  # type: ignore[union-attr]
+                e = entries.get(s)
+                if e is None:
+                    e = gone[s]  # type: ignore[index]
+                u = _new_update(WindowUpdate, (key, s, s + td, e[0] if finish is None else finish(e[0]), e[1], e[2]))
+                if slots is not None:
+                    slots[seq - base] = u
+                else:
+                    by_seq[seq] = u
+            kw.stamps = None
+            kw.gone = None
+        self._touched = []
+        self._flushed_seq = self._seq
+        if slots is not None:
+            return list(filter(None, slots))
+        return [by_seq[seq] for seq in sorted(by_seq)]
+
     def _drop(self, key: Hashable, value: Any, ts: Any, reason: DropReason, stream_time: int | None = None) -> None:
         if self.collect_drops:
             st = self.observed_stream_time if stream_time is None else stream_time
@@ -262,7 +330,7 @@ class SlidingWindowProcessor:
         if t < close:
             self.flagged_keys.add(key)
 
-    def _emit_every(self, key: Hashable, start: int, entry: list) -> None:
+    def _emit_every(self, key: Hashable, kw: KeyWindows, start: int, entry: list) -> None:
         """Forward every put (R18, uncached)."""
         finish = self._finish
         acc = entry[0]
@@ -273,39 +341,48 @@ class SlidingWindowProcessor:
         )
         self.stats.updates_emitted += 1
 
-    def _emit_update(self, key: Hashable, start: int, entry: list) -> None:
-        """Record cache: keep the last put per window, ordered by last put (R21). The cache holds the window's
-        own entry: every later put mutates it and moves it to the end, so it always reads as the last put."""
-        dirty = self._dirty
-        k = (key, start)
-        dirty.pop(k, None)
-        dirty[k] = entry
+    def _emit_update(self, key: Hashable, kw: KeyWindows, start: int, entry: list) -> None:
+        """Record cache: keep the last put per window, ordered by last put (R21), by stamping the window with
+        the next write sequence number (the flush sorts on it); the window's entry is the last put."""
+        stamps = kw.stamps
+        if stamps is None:
+            stamps = kw.stamps = {}
+            self._touched.append((key, kw))
+        self._seq += 1
+        stamps[start] = self._seq
 
-    def _emit_none(self, key: Hashable, start: int, entry: list) -> None:
+    def _emit_none(self, key: Hashable, kw: KeyWindows, start: int, entry: list) -> None:
         """Emit-on-close forwards nothing per put (R26)."""
 
     def _create(self, key: Hashable, kw: Any, start: int, acc: Any, ts: int, count: int) -> None:
         """Put a window that the scan did not find, and forward it."""
-        self.stats.windows_created += 1
+        self._put_new(key, kw, ((start, acc, ts, count),))
+
+    def _put_new(self, key: Hashable, kw: KeyWindows, puts: Iterable[tuple[int, Any, int, int]]) -> None:
+        """Put windows ``(start, acc, max_ts, count)`` the scan did not find, in this order, and forward them."""
         store = self.store
-        if start > store.store_time:
-            store.store_time = start
-        entry = kw.entries.get(start)
-        if entry is not None:  # e.g. R20: the previous record's right window is also the left window
-            entry[0] = acc
-            entry[1] = ts
-            entry[2] = count
-        else:
-            entry = [acc, ts, count]
-            if store.insert(key, kw, start, entry) and self._close:
-                heapq.heappush(self._pending_close, (start, key_bytes(key), key))
-        if self._update:  # _emit_update inline
-            dirty = self._dirty
-            k = (key, start)
-            dirty.pop(k, None)
-            dirty[k] = entry
-        else:
-            self._emit(key, start, entry)
+        entries = kw.entries
+        stamps = kw.stamps if self._update else None  # update mode: _emit_update inline
+        n = 0
+        for start, acc, ts, count in puts:
+            n += 1
+            if start > store.store_time:
+                store.store_time = start
+            entry = entries.get(start)
+            if entry is not None:  # e.g. R20: the previous record's right window is also the left window
+                entry[0] = acc
+                entry[1] = ts
+                entry[2] = count
+            else:
+                entry = [acc, ts, count]
+                if store.insert(key, kw, start, entry) and self._close:
+                    heapq.heappush(self._pending_close, (start, key_bytes(key), key))
+            if stamps is not None:
+                self._seq += 1
+                stamps[start] = self._seq
+            else:
+                self._emit(key, kw, start, entry)
+        self.stats.windows_created += n
 
     def _add_new(self, key: Hashable, kw: Any, start: int, base: Any, base_count: int, value: Any, t: int, close: int) -> None:
         """``updateWindowAndForward`` for a window being created: ``base + value`` unless closed (R13)."""
@@ -324,7 +401,10 @@ class SlidingWindowProcessor:
         window ending before ``t`` (leftWinAgg, and ``prev``). Writes go newest first, as in Kafka Streams."""
         td = self.td
         store = self.store
-        kw = self._open_key(key, value, t, close)
+        kw = store.windows_of(key)  # _open_key inline
+        store.dirty.add(key)
+        if self._plan is not None:
+            self._keep_raw(key, kw, value, t, close)
         starts = kw.starts
         entries = kw.entries
         lo = t - 2 * td
@@ -358,8 +438,14 @@ class SlidingWindowProcessor:
         inline = self._inline
         inc = None if not inline else 1 if inline == 1 else value  # what Count / Sum add
         accumulate = self._accumulate
-        dirty = self._dirty if self._update else None
         out = self._out
+        stamps = None  # update mode: the record cache's stamps of this key (see _emit_update)
+        if self._update:
+            stamps = kw.stamps
+            if stamps is None:
+                stamps = kw.stamps = {}
+                self._touched.append((key, kw))
+            seq = self._seq
         if updated:
             finish = self._finish
             for s in reversed(starts[m : i + 1]):
@@ -368,16 +454,17 @@ class SlidingWindowProcessor:
                 if t > e[1]:
                     e[1] = t
                 e[2] += 1
-                if dirty is not None:
-                    k = (key, s)
-                    dirty.pop(k, None)
-                    dirty[k] = e
+                if stamps is not None:
+                    seq += 1
+                    stamps[s] = seq
                 elif out is not None:
                     acc = e[0]
                     out.append(
                         _new_update(WindowUpdate, (key, s, s + td, acc if finish is None else finish(acc), e[1], e[2]))
                     )
-            if out is not None:
+            if stamps is not None:
+                self._seq = seq
+            elif out is not None:
                 self.stats.updates_emitted += updated
         prev = -1  # the previous record's timestamp (none: -1, timestamps are >= 0)
         left_created = False
@@ -392,7 +479,7 @@ class SlidingWindowProcessor:
                     e[1] = t
                 e[2] += 1
                 updated += 1
-                self._emit(key, left, e)
+                self._emit(key, kw, left, e)
             else:
                 skipped += 1
             if old_ts >= t:  # duplicate timestamp: every window it needs exists already (R10.3, R15)
@@ -404,20 +491,33 @@ class SlidingWindowProcessor:
         if j >= 0 and starts[j] >= lo:
             left_agg = entries[starts[j]]
             prev = left_agg[1]
-        self._count_writes(updated, skipped)
 
-        # createWindows (R12)
+        # createWindows (R12): the previous record's right window, the left window (base + value unless
+        # closed, R13), the right window (a copy, no close check)
+        puts = []
         if prev >= 0:
             p1 = prev + 1
             if p1 not in entries and p1 + td >= t:
-                self._add_new(key, kw, p1, self.aggregation.create(), 0, value, t, close)
+                if p1 + td >= close:
+                    acc = accumulate(self.aggregation.create(), value, key) if inc is None else 0 + inc
+                    puts.append((p1, acc, t, 1))
+                else:
+                    skipped += 1
         if not left_created:
-            if left_agg is not None and left <= prev:
-                self._add_new(key, kw, left, left_agg[0], left_agg[2], value, t, close)
+            if t >= close:
+                if left_agg is not None and left <= prev:
+                    acc = accumulate(left_agg[0], value, key) if inc is None else left_agg[0] + inc
+                    puts.append((left, acc, t, left_agg[2] + 1))
+                else:
+                    acc = accumulate(self.aggregation.create(), value, key) if inc is None else 0 + inc
+                    puts.append((left, acc, t, 1))
             else:
-                self._add_new(key, kw, left, self.aggregation.create(), 0, value, t, close)
+                skipped += 1
         if not right_created and ra_ts > t:
-            self._create(key, kw, hi, ra_acc, ra_ts, ra_count)  # a copy, no close check
+            puts.append((hi, ra_acc, ra_ts, ra_count))
+        self._count_writes(updated, skipped)
+        if puts:
+            self._put_new(key, kw, puts)
 
     def _count_writes(self, updated: int, skipped: int) -> None:
         stats = self.stats
@@ -457,7 +557,7 @@ class SlidingWindowProcessor:
                         e[1] = t
                     e[2] += 1
                     self.stats.windows_updated += 1
-                    self._emit(key, s, e)
+                    self._emit(key, kw, s, e)
                 else:
                     self.stats.skipped_windows += 1
             else:  # s == t + 1
@@ -477,7 +577,7 @@ class SlidingWindowProcessor:
             e[1] = combined[1] if combined[1] > t else t
             e[2] = combined[2] + 1
             self.stats.windows_updated += 1
-            self._emit(key, 0, e)
+            self._emit(key, kw, 0, e)
         else:
             self.stats.skipped_windows += 1
 

@@ -50,7 +50,7 @@ class Visibility(enum.Enum):
 class KeyWindows:
     """The windows of one key: ``starts`` sorted ascending, ``entries[start] = [acc, max_ts, count]``."""
 
-    __slots__ = ("starts", "entries", "raw_ts", "raw_cols", "cols")
+    __slots__ = ("starts", "entries", "raw_ts", "raw_cols", "cols", "stamps", "gone")
 
     def __init__(self) -> None:
         self.starts: list[int] = []
@@ -62,6 +62,10 @@ class KeyWindows:
         #: batch path only: the same windows as numpy columns; when set, ``starts``/``entries`` are empty
         #: and :meth:`WindowStore._load` turns them back into entries before any record-path access
         self.cols: Any = None
+        #: update mode's record cache (owned by the processor): start -> write sequence number of the windows
+        #: written since the last flush (None: none), and the entries of those expired before the flush
+        self.stamps: dict[int, int] | None = None
+        self.gone: dict[int, list] | None = None
 
     def __len__(self) -> int:
         return len(self.starts) if self.cols is None else len(self.cols.starts)
@@ -81,6 +85,13 @@ class KeyWindows:
             return 0
         i = bisect_left(starts, bound)
         entries = self.entries
+        stamps = self.stamps
+        if stamps:  # written since the last flush: the flush still reports them (R21)
+            if self.gone is None:
+                self.gone = {}
+            for s in starts[:i]:
+                if s in stamps:
+                    self.gone[s] = entries[s]
         for s in starts[:i]:
             del entries[s]
         del starts[:i]
