@@ -281,6 +281,8 @@ _SHIFT = 42
 _OFF = 1 << _SHIFT
 _LOCAL = _OFF - 1
 _MAX_TS = 1 << 41
+_MAX_KEYS = 1 << (63 - _SHIFT)  # keys per batch on that axis
+_MAX_RECORDS = 1 << 31  # arrival indexes are int32
 
 
 def _concat(arrays: list[np.ndarray], dtype: Any = _I64) -> np.ndarray:
@@ -542,7 +544,7 @@ def process_columns(
     null_key = all_id == ids[None] if None in ids else np.zeros(n, bool)
     null_value = np.zeros(n, bool) if varr is None else np.equal(varr, None)
     ts, bad_ts = _timestamps(timestamps)
-    if (ts >= _MAX_TS).any():
+    if td >= _MAX_TS or (ts >= _MAX_TS).any():  # the k * 2**42 + ts axis needs ts + td < 2**42
         return fallback()
     invalid = null_key | null_value | bad_ts
     valid_ts = np.where(invalid, -1, ts)
@@ -567,6 +569,8 @@ def process_columns(
         key_id = renumber[key_id]
         uniq = list(ids)
         batch_keys = [uniq[i] for i in in_order.tolist()]
+    if len(batch_keys) >= _MAX_KEYS or n >= _MAX_RECORDS:
+        return fallback()
 
     parts_new = []
     for kind, field in plan:

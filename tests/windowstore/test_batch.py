@@ -195,3 +195,11 @@ def test_batch_falls_back_when_stored_windows_are_not_r3():
     before = proc.stats.accepted
     assert not proc.process_columns(["k"], np.array([16]), {None: np.array([4])})
     assert proc.stats.accepted == before + 1  # the record path took the record
+
+
+def test_batch_path_leaves_huge_time_differences_to_the_record_path():
+    import numpy as np
+
+    proc = SlidingWindowProcessor(SlidingWindows(1 << 41, 0), Count(), "update", batch=True)
+    assert not proc.process_columns(["k", "k"], np.array([5, 9]), {None: np.array([1, 1])})
+    assert sorted((u.start, u.count) for u in proc.flush()) == [(0, 2), (6, 1)]
