@@ -346,10 +346,15 @@ class SlidingWindowProcessor:
         the next write sequence number (the flush sorts on it); the window's entry is the last put."""
         stamps = kw.stamps
         if stamps is None:
-            stamps = kw.stamps = {}
-            self._touched.append((key, kw))
+            stamps = self._open_stamps(key, kw)
         self._seq += 1
         stamps[start] = self._seq
+
+    def _open_stamps(self, key: Hashable, kw: KeyWindows) -> dict[int, int]:
+        """The key's stamps for the record cache, new since the last flush."""
+        stamps = kw.stamps = {}
+        self._touched.append((key, kw))
+        return stamps
 
     def _emit_none(self, key: Hashable, kw: KeyWindows, start: int, entry: list) -> None:
         """Emit-on-close forwards nothing per put (R26)."""
@@ -362,7 +367,12 @@ class SlidingWindowProcessor:
         """Put windows ``(start, acc, max_ts, count)`` the scan did not find, in this order, and forward them."""
         store = self.store
         entries = kw.entries
-        stamps = kw.stamps if self._update else None  # update mode: _emit_update inline
+        stamps = None  # update mode: _emit_update inline
+        if self._update:
+            stamps = kw.stamps
+            if stamps is None:
+                stamps = self._open_stamps(key, kw)
+        seq = self._seq
         n = 0
         for start, acc, ts, count in puts:
             n += 1
@@ -378,10 +388,11 @@ class SlidingWindowProcessor:
                 if store.insert(key, kw, start, entry) and self._close:
                     heapq.heappush(self._pending_close, (start, key_bytes(key), key))
             if stamps is not None:
-                self._seq += 1
-                stamps[start] = self._seq
+                seq += 1
+                stamps[start] = seq
             else:
                 self._emit(key, kw, start, entry)
+        self._seq = seq
         self.stats.windows_created += n
 
     def _add_new(self, key: Hashable, kw: Any, start: int, base: Any, base_count: int, value: Any, t: int, close: int) -> None:
@@ -443,8 +454,7 @@ class SlidingWindowProcessor:
         if self._update:
             stamps = kw.stamps
             if stamps is None:
-                stamps = kw.stamps = {}
-                self._touched.append((key, kw))
+                stamps = self._open_stamps(key, kw)
             seq = self._seq
         if updated:
             finish = self._finish

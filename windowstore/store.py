@@ -84,17 +84,21 @@ class KeyWindows:
         if not starts or starts[0] >= bound:
             return 0
         i = bisect_left(starts, bound)
+        dropped = starts[:i]
+        del starts[:i]
         entries = self.entries
         stamps = self.stamps
         if stamps:  # written since the last flush: the flush still reports them (R21)
-            if self.gone is None:
-                self.gone = {}
-            for s in starts[:i]:
+            gone = self.gone
+            if gone is None:
+                gone = self.gone = {}
+            for s in dropped:
+                e = entries.pop(s)
                 if s in stamps:
-                    self.gone[s] = entries[s]
-        for s in starts[:i]:
-            del entries[s]
-        del starts[:i]
+                    gone[s] = e
+        else:
+            for s in dropped:
+                del entries[s]
         return i
 
 
