@@ -223,42 +223,37 @@ class ChangelogEncoder:
         ends = _tolist(cols["end"])
         tss = _tolist(cols["ts"])
         counts = _tolist(cols["count"])
-        aggs = [_tolist(cols["values"][n]) for n in self._names]
+        raw_aggs = [cols["values"][n] for n in self._names]
         kfmt = self.spec.key_format
+        vjson = self.spec.value_format == "json"
+        jk = _json_strings(keys) if kfmt == "json" or vjson else None
         if kfmt == "windowed":
             pack = _START.pack
-            kcache: dict[str, bytes] = {}
-            out_keys = []
-            for k, s in zip(keys, starts):
-                kb = kcache.get(k)
-                if kb is None:
-                    kb = kcache[k] = k.encode("utf-8")
-                out_keys.append(kb + pack(s))
+            kcache = {k: k.encode("utf-8") for k in set(keys)}
+            out_keys = [kcache[k] + pack(s) for k, s in zip(keys, starts)]
         elif kfmt == "json":
-            jk = _json_strings(keys)
-            out_keys = [('{"key":%s,"window_start":%d,"window_end":%d}' % (k, s, e)).encode("utf-8")
-                        for k, s, e in zip(jk, starts, ends)]
+            out_keys = _encode_rows('{"key":%s,"window_start":%d,"window_end":%d}', zip(jk, starts, ends))
         elif kfmt == "string":
             out_keys = [f"{k}|{s}|{e}".encode("utf-8") for k, s, e in zip(keys, starts, ends)]
         else:
             out_keys = [self.key(k, s, e) for k, s, e in zip(keys, starts, ends)]
 
-        if self.spec.value_format == "json":
-            jk = _json_strings(keys)
-            head = '{"key":%s,"window_start":%d,"window_end":%d,"record_count":%d,"max_timestamp":%d,' \
-                   f'"emit_time":{int(emit_time)},"aggregates":{{'
-            agg_json = [_json_values(a) for a in aggs]
-            labels = [json.dumps(n) + ":" for n in self._names]
-            if len(labels) == 1:
-                lab = labels[0]
-                out_values = [(head % (k, s, e, c, t) + lab + a + "}}").encode("utf-8")
-                              for k, s, e, c, t, a in zip(jk, starts, ends, counts, tss, agg_json[0])]
-            else:
-                rows = zip(*agg_json)
-                out_values = [(head % (k, s, e, c, t) + ",".join(lb + a for lb, a in zip(labels, row)) + "}}")
-                              .encode("utf-8")
-                              for k, s, e, c, t, row in zip(jk, starts, ends, counts, tss, rows)]
+        if vjson:
+            # one %-template per row; integer aggregates go in as %d (== str(int)), anything else as its JSON text
+            specs, agg_cols = [], []
+            for col in raw_aggs:
+                if _all_ints(col):
+                    specs.append("%d")
+                    agg_cols.append(_tolist(col))
+                else:
+                    specs.append("%s")
+                    agg_cols.append(_json_values(_tolist(col)))
+            aggregates = ",".join(json.dumps(n).replace("%", "%%") + ":" + spec for n, spec in zip(self._names, specs))
+            template = ('{"key":%s,"window_start":%d,"window_end":%d,"record_count":%d,"max_timestamp":%d,'
+                        f'"emit_time":{int(emit_time)},"aggregates":{{{aggregates}}}}}')
+            out_values = _encode_rows(template, zip(jk, starts, ends, counts, tss, *agg_cols))
         else:
+            aggs = [_tolist(a) for a in raw_aggs]
             names = self._names
             out_values = []
             vf = self.value
@@ -271,19 +266,28 @@ class ChangelogEncoder:
         return out_keys, out_values
 
 
+def _encode_rows(template: str, rows: Any) -> list[bytes]:
+    """``template % row`` as UTF-8 bytes for every row."""
+    return [(template % row).encode("utf-8") for row in rows]
+
+
+def _all_ints(col: Any) -> bool:
+    """Whether every value is an integer (not a bool): an integer numpy column, or a list of Python ints."""
+    dtype = getattr(col, "dtype", None)
+    if dtype is not None and dtype != object:
+        return dtype.kind in "iu"
+    return all(type(v) is int for v in col)
+
+
 def _tolist(col: Any) -> list:
     return col.tolist() if hasattr(col, "tolist") else list(col)
 
 
 def _json_strings(keys: Sequence[str]) -> list[str]:
-    cache: dict[str, str] = {}
-    out = []
-    for k in keys:
-        j = cache.get(k)
-        if j is None:
-            j = cache[k] = json.dumps(k, ensure_ascii=False)
-        out.append(j)
-    return out
+    """JSON text of each key (each distinct key encoded once)."""
+    dumps = json.dumps
+    cache = {k: dumps(k, ensure_ascii=False) for k in set(keys)}
+    return list(map(cache.__getitem__, keys))
 
 
 def _json_values(values: Sequence[Any]) -> list[str]:
