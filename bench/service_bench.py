@@ -11,7 +11,7 @@
    writing to Kafka, both with ``maxOffsetsPerTrigger = --batch``; reports rows/s over the micro-batches after the
    first (steady state) and overall;
 3. **latency** - produces live at ``--latency-rate`` events/s with event time = wall clock and runs each query
-   with ``--trigger``; latency of a changelog record = its Kafka timestamp (written by Spark's producer) minus the
+   with ``--trigger``; latency of a changelog record = its Kafka timestamp (set by the producer: Spark's or the worker's) minus the
    largest event time in its window (the record that caused it); reports p50/p99.
 
 Prints a Markdown table (``--out FILE`` appends it).
@@ -202,6 +202,8 @@ def main() -> int:
     ap.add_argument("--trigger", type=int, default=0, help="trigger interval (ms) of the latency runs")
     ap.add_argument("--skip-builtin", action="store_true")
     ap.add_argument("--skip-service", action="store_true")
+    ap.add_argument("--sinks", default="spark", help="the service's sink(s), comma-separated: spark, direct "
+                    "(each one a row of the same run)")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out", default="")
     args = ap.parse_args()
@@ -240,19 +242,22 @@ def main() -> int:
         base.update(kw)
         return Settings(**base)
 
-    s0 = settings("svc")
-    spark = build_spark(s0)
+    sinks = [x.strip() for x in args.sinks.split(",") if x.strip()]
+    services = {} if args.skip_service else {
+        ("service" if len(sinks) == 1 else f"service, sink={sink}"): sink for sink in sinks}
+    spark = build_spark(settings("svc"))
     spark.sparkContext.setLogLevel("ERROR")
     results = {}
-    if not args.skip_service:
-        q = service_query(spark, s0)
-        results["service"] = drain(q, args.records, args.timeout)
-        print("service:", {k: v for k, v in results["service"].items() if k != "observed"}, flush=True)
-        for o in results["service"]["observed"]:
+    for name, sink in services.items():
+        q = service_query(spark, settings(f"svc-{sink}", sink=sink))
+        results[name] = drain(q, args.records, args.timeout)
+        print(f"{name}:", {k: v for k, v in results[name].items() if k != "observed"}, flush=True)
+        for o in results[name]["observed"]:
             print("  batch: records %(records)d out %(changelog)d python %(process_ns)s read %(state_read_ns)s "
-                  "write %(state_write_ns)s hit %(state_cache_hit)d buckets loaded %(state_buckets_loaded)d written "
-                  "%(state_buckets_written)d keys written %(state_keys_written)d" % {
-                      **o, **{k: f"{o[k] / 1e9:.2f}s" for k in ("process_ns", "state_read_ns", "state_write_ns")}},
+                  "write %(state_write_ns)s produce %(produce_ns)s hit %(state_cache_hit)d buckets loaded "
+                  "%(state_buckets_loaded)d written %(state_buckets_written)d keys written %(state_keys_written)d" % {
+                      **o, **{k: f"{o[k] / 1e9:.2f}s" for k in ("process_ns", "state_read_ns", "state_write_ns",
+                                                                 "produce_ns")}},
                   flush=True)
     if not args.skip_builtin:
         q = builtin_query(spark, bootstrap, topic, f"{run}-builtin-out", str(work / "ck-builtin"), args.td,
@@ -262,13 +267,14 @@ def main() -> int:
 
     lat = {}
     if args.latency_rate:
-        for name in ([] if args.skip_service else ["service"]) + ([] if args.skip_builtin else ["builtin"]):
-            ltopic = f"{run}-live-{name}"
+        for i, name in enumerate(list(services) + ([] if args.skip_builtin else ["builtin"])):
+            ltopic = f"{run}-live-{i}"
             ensure_topics({"bootstrap.servers": bootstrap}, [TopicSpec(ltopic, args.partitions)])
-            out_topic = f"{run}-live-{name}-out"
-            if name == "service":
-                s = settings("live", input_topics=ltopic, changelog_topic=out_topic, max_offsets_per_trigger=0,
-                             trigger_interval=args.trigger, checkpoint_dir=str(work / "ck-live-svc"))
+            out_topic = f"{run}-live-{i}-out"
+            if name in services:
+                s = settings(f"live-{i}", input_topics=ltopic, changelog_topic=out_topic, max_offsets_per_trigger=0,
+                             trigger_interval=args.trigger, checkpoint_dir=str(work / f"ck-live-{i}"),
+                             sink=services[name])
                 q = service_query(spark, s)
             else:
                 ensure_topics({"bootstrap.servers": bootstrap}, [TopicSpec(out_topic, args.partitions)])

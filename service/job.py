@@ -26,7 +26,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from service.processing import STATS_FIELDS, TaskConfig, TaskRunner, TaskState, process_task_batch
+from connectors.producer import PRODUCER_DEFAULTS, producer_config, producer_for
+from service.processing import STATS_FIELDS, TaskConfig, TaskOutput, TaskRunner, TaskState, process_task_batch
 
 __all__ = ["OUTPUT_SCHEMA", "WindowTaskProcessor", "task_config", "build_spark", "source_frame", "windowed_frame",
            "sink_frame", "start_query", "observed_columns"]
@@ -42,13 +43,9 @@ OUTPUT_SCHEMA = (
 
 OBSERVATION = "slidingwindow"
 
-#: producer settings of the Kafka sink (a micro-batch writes many small changelog records at once); any of them
-#: can be overridden with the ``kafka_options`` setting
-SINK_PRODUCER_DEFAULTS = {
-    "kafka.linger.ms": "20",
-    "kafka.batch.size": "262144",
-    "kafka.compression.type": "lz4",
-}
+#: producer settings of Spark's Kafka sink: the direct producer's defaults (:data:`PRODUCER_DEFAULTS`) with the
+#: ``kafka.`` prefix; any of them can be overridden with the ``kafka_options`` setting
+SINK_PRODUCER_DEFAULTS = {f"kafka.{k}": v for k, v in PRODUCER_DEFAULTS.items()}
 
 
 def task_config(settings: Any, key_schema_id: int | None = None, value_schema_id: int | None = None) -> TaskConfig:
@@ -73,6 +70,9 @@ def task_config(settings: Any, key_schema_id: int | None = None, value_schema_id
         dead_letter_topic=settings.dead_letter_topic,
         state_buckets=settings.state_buckets,
         state_cache=settings.state_cache,
+        sink=settings.sink,
+        producer=tuple(sorted(producer_config(settings.bootstrap_servers, settings.kafka_options).items()))
+        if settings.sink == "direct" else (),
     )
 
 
@@ -129,7 +129,6 @@ class WindowTaskProcessor(_StatefulProcessorBase):  # type: ignore[misc,valid-ty
         self.buckets_state = handle.getMapState("buckets", "b int", "data binary")
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
-        import numpy as np
         import pandas as pd
 
         topic, partition = key[0], int(key[1])
@@ -153,22 +152,13 @@ class WindowTaskProcessor(_StatefulProcessorBase):  # type: ignore[misc,valid-ty
             pdf["ts"].tolist(),
         )
         s = out.stats
-        n = len(out)
-        if n:
-            headers = [None if h is None else [{"key": hk, "value": hv} for hk, hv in h] for h in out.headers]
-            nulls = pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
-            rows: dict[str, Any] = {
-                "kind": out.kind,
-                "topic": out.topic,
-                "key": out.key,
-                "value": out.value,
-                "headers": headers,
-                "task_topic": pd.Series([None] * n, dtype=object),
-                "task_partition": nulls,
-            }
-            for name in STATS_FIELDS:
-                rows[f"s_{name}"] = nulls
-            yield pd.DataFrame(rows)
+        if self.config.sink == "direct":
+            # written and acknowledged before this task's micro-batch can complete (a failure fails the batch)
+            t0 = time.perf_counter_ns()
+            producer_for(dict(self.config.producer)).write(out.topic, out.key, out.value, out.headers)
+            s["produce_ns"] = time.perf_counter_ns() - t0
+        elif len(out):
+            yield _rows_frame(out)
         stats: dict[str, Any] = {"kind": ["stats"], "topic": [None], "key": [None], "value": [None],
                                  "headers": [None], "task_topic": [topic], "task_partition": [partition]}
         for name in STATS_FIELDS:
@@ -177,6 +167,28 @@ class WindowTaskProcessor(_StatefulProcessorBase):  # type: ignore[misc,valid-ty
 
     def close(self) -> None:
         pass
+
+
+def _rows_frame(out: TaskOutput):  # -> pandas.DataFrame
+    """The output rows of a task batch as a frame of :data:`OUTPUT_SCHEMA` (for Spark's Kafka sink)."""
+    import numpy as np
+    import pandas as pd
+
+    n = len(out)
+    headers = [None if h is None else [{"key": hk, "value": hv} for hk, hv in h] for h in out.headers]
+    nulls = pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
+    rows: dict[str, Any] = {
+        "kind": out.kind,
+        "topic": out.topic,
+        "key": out.key,
+        "value": out.value,
+        "headers": headers,
+        "task_topic": pd.Series([None] * n, dtype=object),
+        "task_partition": nulls,
+    }
+    for name in STATS_FIELDS:
+        rows[f"s_{name}"] = nulls
+    return pd.DataFrame(rows)
 
 
 # ------------------------------------------------------------------------------------------------ Spark wiring
@@ -278,11 +290,18 @@ def sink_frame(windowed: Any):
 
 
 def start_query(spark: Any, settings: Any, config: TaskConfig, query_name: str = "slidingwindow"):
-    """Start the streaming query (Kafka -> windows -> Kafka); returns the StreamingQuery."""
-    out = sink_frame(windowed_frame(source_frame(spark, settings), config))
+    """Start the streaming query (Kafka -> windows -> Kafka); returns the StreamingQuery.
+
+    ``sink=spark``: the output rows go to Spark's Kafka sink. ``sink=direct``: the workers have produced them
+    already, only the stats rows come out of the processor; they are observed and dropped (``noop`` sink)."""
+    windowed = windowed_frame(source_frame(spark, settings), config)
+    if config.sink == "direct":
+        writer = windowed.observe(OBSERVATION, *observed_columns()).writeStream.format("noop")
+    else:
+        writer = sink_frame(windowed).writeStream.format("kafka").options(
+            **{**SINK_PRODUCER_DEFAULTS, **_kafka_options(settings)})
     writer = (
-        out.writeStream.format("kafka")
-        .options(**{**SINK_PRODUCER_DEFAULTS, **_kafka_options(settings)})
+        writer
         .option("checkpointLocation", settings.checkpoint_dir)
         .queryName(query_name)
         .outputMode("append")

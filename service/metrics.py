@@ -138,7 +138,8 @@ state_cache_hits = Counter(P + "state_cache_hits_total", "Task batches served fr
 task_batches = Counter(P + "task_batches_total", "Task micro-batches processed (one per input partition with "
                        "data per micro-batch)", registry=REGISTRY)
 worker_seconds = Counter(P + "worker_seconds_total", "Time in the Python tasks, by phase "
-                         "(process includes state_read and state_write)", ["phase"], registry=REGISTRY)
+                         "(process includes state_read and state_write; produce: sink=direct writing output)",
+                         ["phase"], registry=REGISTRY)
 lag_poll_errors = Counter(P + "consumer_lag_poll_errors_total", "Failed broker end-offset queries",
                           registry=REGISTRY)
 
@@ -229,6 +230,7 @@ def record_progress(observed: Mapping[str, Any], progress: Mapping[str, Any], la
     worker_seconds.labels("process").inc(o.get("process_ns", 0) / 1e9)
     worker_seconds.labels("state_read").inc(o.get("state_read_ns", 0) / 1e9)
     worker_seconds.labels("state_write").inc(o.get("state_write_ns", 0) / 1e9)
+    worker_seconds.labels("produce").inc(o.get("produce_ns", 0) / 1e9)
     if any(k.startswith("lateness_b") for k in o):
         record_lateness.add(_buckets(o, "lateness_b", len(LATENESS_BUCKETS_MS)), o.get("lateness_ms_sum", 0) / 1000)
     if any(k.startswith("latency_b") for k in o):

@@ -59,6 +59,7 @@ STATS_FIELDS = (
     "process_ns",  # time spent in the Python task (decode + process + encode + state calls)
     "state_read_ns",  # of which reading state (task meta + key blob state calls)
     "state_write_ns",  # of which exporting and writing state
+    "produce_ns",  # writing the output rows to Kafka from the worker (sink=direct; 0 with Spark's sink)
     "dead_deserialization",  # of dead_lettered: value/key/schema could not be decoded
     "dead_invalid",  # of dead_lettered: decoded but not aggregatable (missing key/field/timestamp, wrong type)
     "state_windows",  # windows held by the task's processor after the batch (absolute, not a delta)
@@ -95,6 +96,8 @@ class TaskConfig:
     batch: bool = True  # let the processor take windowstore's batch fast path where it applies (update mode)
     state_buckets: int = 256  # key buckets per task for NEW state (existing state keeps its own number)
     state_cache: bool = True  # keep the processor in the Python worker between micro-batches (token-checked)
+    sink: str = "spark"  # "direct": the worker produces the output rows itself (connectors.producer)
+    producer: tuple[tuple[str, Any], ...] = ()  # the direct producer's librdkafka settings
 
     @property
     def windows(self) -> SlidingWindows:

@@ -58,6 +58,13 @@ def prepare(settings: Settings) -> TaskConfig:
     from service.job import task_config
 
     client = settings.kafka_client_config()
+    if settings.sink == "direct":
+        from connectors.producer import check_producer_config, producer_config
+
+        try:
+            check_producer_config(producer_config(settings.bootstrap_servers, settings.kafka_options))
+        except ValueError as e:
+            raise ServiceError(f"{e} (settings bootstrap_servers, kafka_options; or use --sink spark)") from None
     parts = partition_counts(client, settings.input_topics)
     missing = [t for t in settings.input_topics if t not in parts]
     if missing:

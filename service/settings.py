@@ -26,6 +26,7 @@ OUTPUT_FORMATS = ("avro", "json")
 KEY_FORMATS = ("avro", "json", "windowed", "string")
 EMIT_MODES = ("update", "every", "close")
 STARTING_OFFSETS = ("earliest", "latest")
+SINKS = ("spark", "direct")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -200,6 +201,10 @@ class Settings:
                                                     "extra Kafka client settings for source, sink and admin "
                                                     "(k=v,k=v, e.g. security.protocol=SSL)", "K=V,...",
                                                     show=lambda v: ",".join(f"{k}={x}" for k, x in v))
+    sink: str = _s("spark", _choice(SINKS),
+                   "how output records reach Kafka: spark = Spark's Kafka sink (rows go through the JVM); direct = "
+                   "each Python worker produces them with confluent-kafka and waits for every acknowledgement "
+                   "before its micro-batch completes (at-least-once like the sink; kafka_options apply)")
     create_topics: bool = _s(True, _bool, "create missing output topics at start (changelog compacted)")
     topic_partitions: int = _s(0, _int(0), "partitions of created output topics (0: as many as the input)", "N")
     replication_factor: int = _s(1, _int(1), "replication factor of created output topics", "N")
@@ -335,7 +340,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         kwargs: dict[str, Any] = {"dest": f.name, "default": None, "metavar": spec.metavar,
                                   "help": f"{spec.help} (default: {default!s} | env {env})"}
         choices = {"starting_offsets": STARTING_OFFSETS, "input_format": INPUT_FORMATS,
-                   "changelog_format": OUTPUT_FORMATS, "changelog_key_format": KEY_FORMATS, "emit": EMIT_MODES}
+                   "changelog_format": OUTPUT_FORMATS, "changelog_key_format": KEY_FORMATS, "emit": EMIT_MODES,
+                   "sink": SINKS}
         if f.name in choices:
             kwargs["metavar"] = "{" + ",".join(choices[f.name]) + "}"
         if f.type in (bool, "bool"):

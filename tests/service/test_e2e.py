@@ -14,6 +14,7 @@ from connectors.avro import decode_body, encode, split_wire
 from connectors.output import parse_windowed_key
 from connectors.schema_registry import SchemaRegistry
 from connectors.serde import InputSpec, aggregation_fields
+from service.settings import Settings
 from tests.service.events import Event, changelog_final, payment_events, replay
 from tests.service.harness import ServiceProcess, committed_offsets, consume_all, produce, wait_until_committed
 from tests.service.schema_registry_double import SchemaRegistryDouble
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.integration
 AGGS = "count,sum:amount,max:amount"
 TD, GRACE = 1000, 300
 PARTITIONS = 3
+OTHER_SINK = "spark" if Settings().sink == "direct" else "direct"
 
 
 def service_args(bootstrap: str, topics: dict[str, str], checkpoint: Path, *extra: str) -> list[str]:
@@ -77,15 +79,17 @@ def check_late_and_dead(bootstrap, topics, exp, events):
     return late, dead
 
 
-def test_end_to_end_json_update(kafka_bootstrap, topics, tmp_path):
-    """Kafka key + Kafka timestamp, JSON in and out, emit update, several micro-batches per partition."""
-    events = payment_events(3000, keys=12, partitions=PARTITIONS, td=TD, grace=GRACE, seed=101)
+def run_json_update(bootstrap, topics, tmp_path, n_events, seed, *extra):
+    """Kafka key + Kafka timestamp, JSON in and out, emit update, several micro-batches per partition: every
+    output topic equals the replay."""
+    events = payment_events(n_events, keys=12, partitions=PARTITIONS, td=TD, grace=GRACE, seed=seed)
     notes = Counter(e.note.split(":")[0] for e in events)
     assert all(notes[n] for n in ("ooo", "late", "dup", "bad")), notes
-    ends = produce(kafka_bootstrap, topics["in"], events)
+    ends = produce(bootstrap, topics["in"], events)
     ck = tmp_path / "checkpoint"
-    svc = ServiceProcess(service_args(kafka_bootstrap, topics, ck, "--changelog-format", "json",
-                                      "--changelog-key-format", "json", "--max-offsets-per-trigger", "1000"),
+    svc = ServiceProcess(service_args(bootstrap, topics, ck, "--changelog-format", "json",
+                                      "--changelog-key-format", "json", "--max-offsets-per-trigger", "1000",
+                                      *extra),
                          tmp_path / "service.log").start()
     try:
         batch = wait_until_committed(ck, topics["in"], ends, svc)
@@ -95,12 +99,22 @@ def test_end_to_end_json_update(kafka_bootstrap, topics, tmp_path):
     assert batch >= 2  # the state crossed micro-batches
 
     exp = replay(events, td=TD, grace=GRACE, aggregations=AGGS, emit="update")
-    changelog = consume_all(kafka_bootstrap, topics["out"])
+    changelog = consume_all(bootstrap, topics["out"])
     assert json_final(changelog) == exp.final
-    late, dead = check_late_and_dead(kafka_bootstrap, topics, exp, events)
+    late, dead = check_late_and_dead(bootstrap, topics, exp, events)
     assert exp.aggregated + len(late) + len(dead) == len(events)
     log = (tmp_path / "service.log").read_text()
     assert "Traceback" not in log
+
+
+def test_end_to_end_json_update(kafka_bootstrap, topics, tmp_path):
+    """The default sink."""
+    run_json_update(kafka_bootstrap, topics, tmp_path, 3000, 101)
+
+
+def test_end_to_end_other_sink(kafka_bootstrap, topics, tmp_path):
+    """The sink that is not the default (spark: Spark's Kafka sink; direct: the workers' producers)."""
+    run_json_update(kafka_bootstrap, topics, tmp_path, 1500, 404, "--sink", OTHER_SINK)
 
 
 def test_end_to_end_avro_every_fields(kafka_bootstrap, topics, tmp_path):

@@ -1,0 +1,123 @@
+"""Output records written straight from a Python worker with confluent-kafka (the service's ``sink=direct``).
+
+Spark's Kafka sink moves every output row from the Python worker through Arrow into the JVM and its Java
+producer. :class:`OutputProducer` instead produces the rows where they are made, with the same guarantees:
+
+* **at-least-once**: :meth:`OutputProducer.write` returns only when the broker acknowledged every record, and
+  raises :class:`DeliveryError` when any record failed, so the micro-batch fails and Spark replays it (which
+  reproduces identical records; Spark's own sink is at-least-once the same way);
+* **the same partitions**: librdkafka's ``murmur2_random`` partitioner is the Java client's default partitioner
+  for keyed records (murmur2 of the key bytes); records without a key are spread (Java: sticky);
+* **the same order per partition**: idempotence on (the Java client's default), so retries do not reorder;
+* **the same settings**: bootstrap servers and ``kafka_options`` (which already serve confluent-kafka's admin
+  client, so they are librdkafka names) plus :data:`PRODUCER_DEFAULTS`, which the Spark sink gets as well.
+
+One producer per worker process and configuration is kept (:func:`producer_for`): creating one costs a broker
+connection, and Python workers are reused across micro-batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["PRODUCER_DEFAULTS", "DIRECT_PRODUCER_SETTINGS", "DeliveryError", "OutputProducer", "producer_config",
+           "producer_for", "check_producer_config"]
+
+logger = logging.getLogger(__name__)
+
+#: producer settings of both sinks (a micro-batch writes many small changelog records at once); any of them can
+#: be overridden with the ``kafka_options`` setting. Spark's sink gets them with the ``kafka.`` prefix.
+PRODUCER_DEFAULTS = {
+    "linger.ms": "20",
+    "batch.size": "262144",
+    "compression.type": "lz4",
+}
+
+#: what only the direct producer needs: Java-compatible partitions, Java-like ordering and delivery timeout,
+#: room for a whole micro-batch in the queue, and delivery reports for failures only (no Python call per record)
+DIRECT_PRODUCER_SETTINGS: dict[str, Any] = {
+    "partitioner": "murmur2_random",
+    "enable.idempotence": "true",
+    "message.timeout.ms": "120000",
+    "queue.buffering.max.messages": "1000000",
+    "queue.buffering.max.kbytes": "1048576",
+    "delivery.report.only.error": True,  # confluent-kafka wants a bool here
+}
+
+
+class DeliveryError(RuntimeError):
+    """Records of a micro-batch were not acknowledged by Kafka (the batch must fail and be replayed)."""
+
+
+def producer_config(bootstrap_servers: str, kafka_options: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
+    """The direct producer's librdkafka settings: defaults < direct settings < bootstrap servers + options."""
+    return {**PRODUCER_DEFAULTS, **DIRECT_PRODUCER_SETTINGS, "bootstrap.servers": bootstrap_servers,
+            **dict(kafka_options)}
+
+
+def check_producer_config(config: Mapping[str, str]) -> None:
+    """Raise ``ValueError`` naming the setting when librdkafka rejects ``config`` (call it on the driver, so a
+    wrong option fails at start and not in every task)."""
+    from confluent_kafka import KafkaException, Producer
+
+    try:
+        Producer(dict(config)).flush(0)
+    except (KafkaException, ValueError, TypeError) as e:
+        raise ValueError(f"the direct sink's producer rejects its settings: {e}") from None
+
+
+class OutputProducer:
+    """A confluent-kafka producer that writes a micro-batch's output rows and waits for every acknowledgement."""
+
+    def __init__(self, config: Mapping[str, str]) -> None:
+        from confluent_kafka import Producer
+
+        self._errors: list[str] = []
+        self._producer = Producer({**config, "on_delivery": self._on_delivery, "error_cb": self._on_error})
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is not None:  # only failures are reported (delivery.report.only.error)
+            self._errors.append(f"{msg.topic()}: {err}")
+
+    def _on_error(self, err: Any) -> None:
+        logger.warning("Kafka producer: %s", err)
+
+    def write(self, topics: Sequence[str], keys: Sequence[bytes | None], values: Sequence[bytes | None],
+              headers: Sequence[Sequence[tuple[str, bytes]] | None]) -> int:
+        """Produce the rows (in order) and wait until Kafka acknowledged all of them; returns how many.
+
+        Raises :class:`DeliveryError` when any record was not delivered."""
+        p = self._producer
+        produce = p.produce
+        self._errors.clear()
+        for topic, key, value, hdrs in zip(topics, keys, values, headers):
+            while True:
+                try:
+                    if hdrs is None:
+                        produce(topic, value, key)
+                    else:
+                        produce(topic, value, key, headers=hdrs)
+                    break
+                except BufferError:  # the local queue is full: let librdkafka send some first
+                    p.poll(0.05)
+        while len(p):  # bounded: every record is delivered or fails within message.timeout.ms
+            p.flush(1.0)
+        if self._errors:
+            n = len(self._errors)
+            raise DeliveryError(f"{n} of {len(topics)} output records were not delivered, e.g. {self._errors[0]}")
+        return len(topics)
+
+
+_PRODUCERS: dict[tuple[int, tuple[tuple[str, str], ...]], OutputProducer] = {}
+
+
+def producer_for(config: Mapping[str, str]) -> OutputProducer:
+    """This worker process's producer for ``config`` (created on first use; never shared across a fork)."""
+    key = (os.getpid(), tuple(sorted(config.items())))
+    p = _PRODUCERS.get(key)
+    if p is None:
+        p = _PRODUCERS[key] = OutputProducer(config)
+    return p
