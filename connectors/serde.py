@@ -56,6 +56,16 @@ REASONS = (
 NUMERIC_AGGREGATIONS = frozenset({"sum", "min", "max", "mean", "variance", "stddev"})
 _NUMBER_TYPES = (int, float, decimal.Decimal)
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_decode_json_text = json.JSONDecoder().decode  # what json.loads does with a str and no options
+
+
+def loads_json(data: bytes) -> Any:
+    """``json.loads(data)``, without the per-call encoding detection for the common case: bytes that start with
+    ``{`` and a non-NUL byte are UTF-8 to ``json.detect_encoding`` (no BOM, not UTF-16/32), so they are decoded
+    as such directly. Same result and same exceptions as ``json.loads`` for every input."""
+    if type(data) is bytes and len(data) > 1 and data[0] == 0x7B and data[1]:
+        return _decode_json_text(data.decode("utf-8", "surrogatepass"))
+    return json.loads(data)
 
 
 class BadRecord(ValueError):
@@ -118,7 +128,7 @@ class InputDecoder:
     @staticmethod
     def _json_value(data: bytes) -> Any:
         try:
-            return json.loads(data)
+            return loads_json(data)
         except (ValueError, TypeError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise BadRecord("undecodable-value", f"not UTF-8 JSON: {e}") from None
         except RecursionError:

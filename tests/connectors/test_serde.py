@@ -7,6 +7,8 @@ import json
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from fastavro import parse_schema
 
 from connectors.avro import decode_body, encode, split_wire
@@ -225,3 +227,26 @@ def test_column_encoding_equals_json_dumps(key_format):
         v = {name: col[i].item() if hasattr(col[i], "item") else col[i] for name, col in values.items()}
         assert out_values[i] == enc.value(k, s, e, v, i + 7, i + 1, 42)
         assert out_keys[i] == enc.key(k, s, e)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(
+    st.binary(max_size=12),
+    st.builds(lambda tail: b"{" + tail, st.binary(max_size=12)),
+    st.builds(lambda o: json.dumps(o, ensure_ascii=False).encode("utf-8"),
+              st.dictionaries(st.text(max_size=4), st.one_of(st.integers(), st.floats(), st.text(max_size=4)),
+                              max_size=3)),
+    st.builds(lambda o, enc: json.dumps(o).encode(enc), st.dictionaries(st.text(max_size=3), st.integers(),
+                                                                        max_size=2),
+              st.sampled_from(["utf-16", "utf-16-le", "utf-32-be", "utf-8-sig"])),
+))
+def test_loads_json_is_json_loads(data):
+    from connectors.serde import loads_json
+
+    def outcome(f):
+        try:
+            return "ok", json.dumps(f(data), sort_keys=True)
+        except Exception as e:  # noqa: BLE001 - the very exception type must agree
+            return "error", type(e)
+
+    assert outcome(loads_json) == outcome(json.loads)
