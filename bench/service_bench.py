@@ -197,6 +197,7 @@ def main() -> int:
     ap.add_argument("--ooo", type=float, default=0.05)
     ap.add_argument("--batch", type=int, default=50_000, help="maxOffsetsPerTrigger for the throughput runs")
     ap.add_argument("--state-partitions", type=int, default=2)
+    ap.add_argument("--state-buckets", type=int, default=0, help="the service's state_buckets (0: its default)")
     ap.add_argument("--latency-rate", type=float, default=0.0, help="0: skip the latency runs")
     ap.add_argument("--latency-seconds", type=float, default=90.0)
     ap.add_argument("--trigger", type=int, default=0, help="trigger interval (ms) of the latency runs")
@@ -239,6 +240,8 @@ def main() -> int:
                     grace=args.grace, emit="update", checkpoint_dir=str(work / f"ck-{name}"), metrics_port=0,
                     state_partitions=args.state_partitions, trigger_interval=0, spark_master="local[*]",
                     max_offsets_per_trigger=args.batch)
+        if args.state_buckets:
+            base["state_buckets"] = args.state_buckets
         base.update(kw)
         return Settings(**base)
 

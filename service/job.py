@@ -241,8 +241,77 @@ def _kafka_options(settings: Any) -> dict[str, str]:
     return opts
 
 
+#: slots tried per input partition when balancing tasks (see :func:`task_slot`)
+TASK_SLOTS = 64
+
+
+def task_slot(state_partitions: int):  # -> Column
+    """The ``slot`` column that spreads tasks evenly over ``state_partitions``.
+
+    Spark sends grouping key ``(topic, partition)`` to state partition ``pmod(hash(topic, partition), n)``:
+    with a few input partitions that is often uneven (4 input partitions on 2 state partitions: 3 + 1 a third
+    of the time), and the busiest state partition sets the micro-batch's duration. With ``slot`` in the key, the
+    key lands on ``pmod(hash(topic, partition, slot), n)``; slot = the smallest ``s`` in ``[0, TASK_SLOTS)`` that
+    puts the task on its target ``pmod(pmod(hash(topic), n) + partition, n)`` (consecutive partitions of a topic on
+    consecutive state partitions), -1 if none does (probability (1 - 1/n)^64). A pure function of
+    (topic, partition, n), so every micro-batch and every restart gives a task the same slot - as long as ``n`` is
+    the checkpoint's number of state partitions (:func:`checkpoint_state_partitions`)."""
+    from pyspark.sql import functions as F
+
+    n = int(state_partitions)
+    target = f"pmod(pmod(hash(topic), {n}) + partition, {n})"
+    hits = f"transform(sequence(0, {TASK_SLOTS - 1}), s -> pmod(hash(topic, partition, s), {n}) = {target})"
+    return (F.expr(f"array_position({hits}, true)") - 1).cast("int")
+
+
+def checkpoint_state_partitions(checkpoint_dir: str) -> int | None:
+    """``spark.sql.shuffle.partitions`` frozen into an existing checkpoint (Spark keeps it over the setting)."""
+    import json
+    from pathlib import Path
+
+    offsets = Path(checkpoint_dir) / "offsets"
+    batches = sorted((p for p in offsets.glob("*") if p.name.isdigit()), key=lambda p: int(p.name)) \
+        if offsets.is_dir() else []
+    for path in reversed(batches):
+        for line in path.read_text().splitlines():
+            if line.startswith("{") and '"conf"' in line:
+                value = json.loads(line).get("conf", {}).get("spark.sql.shuffle.partitions")
+                if value is not None:
+                    return int(value)
+    return None
+
+
+LAYOUT_FILE = "slidingwindow-layout.json"
+
+
+def checkpoint_balance_tasks(checkpoint_dir: str, balance_tasks: bool) -> bool:
+    """Whether the query's state key has the ``slot`` (:func:`task_slot`): what the checkpoint was created with
+    (recorded in :data:`LAYOUT_FILE`; a checkpoint with batches but no such file predates the slot: no slot), else
+    ``balance_tasks``, recorded now. A checkpoint on a remote file system (``scheme://``) takes the setting."""
+    import json
+    from pathlib import Path
+
+    if "://" in checkpoint_dir:
+        return balance_tasks
+    root = Path(checkpoint_dir)
+    marker = root / LAYOUT_FILE
+    if marker.exists():
+        recorded = bool(json.loads(marker.read_text())["balance_tasks"])
+    elif any((root / "offsets").glob("[0-9]*")):
+        recorded = False
+    else:
+        root.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps({"balance_tasks": balance_tasks}))
+        return balance_tasks
+    if recorded != balance_tasks:
+        logger.warning("balance_tasks=%s ignored: the checkpoint %s was created with %s", balance_tasks,
+                       checkpoint_dir, recorded)
+    return recorded
+
+
 def source_frame(spark: Any, settings: Any):
-    """The Kafka source as (topic, partition, offset, key, value, ts) with ts = record timestamp in epoch ms."""
+    """The Kafka source as (topic, partition, offset, key, value, ts) with ts = record timestamp in epoch ms, plus
+    ``slot`` (:func:`task_slot`) when ``balance_tasks`` is on."""
     from pyspark.sql import functions as F
 
     reader = spark.readStream.format("kafka").options(**_kafka_options(settings))
@@ -252,14 +321,17 @@ def source_frame(spark: Any, settings: Any):
     if settings.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
     df = reader.load()
-    return df.select(
-        "topic", "partition", "offset", "key", "value", F.unix_millis(F.col("timestamp")).alias("ts")
-    )
+    cols = ["topic", "partition", "offset", "key", "value", F.unix_millis(F.col("timestamp")).alias("ts")]
+    if checkpoint_balance_tasks(settings.checkpoint_dir, settings.balance_tasks):
+        n = checkpoint_state_partitions(settings.checkpoint_dir) or settings.state_partitions
+        cols.append(task_slot(n).alias("slot"))
+    return df.select(*cols)
 
 
 def windowed_frame(source: Any, config: TaskConfig):
     """Apply the per-partition window processor; output rows per :data:`OUTPUT_SCHEMA`."""
-    return source.groupBy("topic", "partition").transformWithStateInPandas(
+    keys = ["topic", "partition"] + (["slot"] if "slot" in source.columns else [])
+    return source.groupBy(*keys).transformWithStateInPandas(
         statefulProcessor=WindowTaskProcessor(config),
         outputStructType=OUTPUT_SCHEMA,
         outputMode="Append",

@@ -242,6 +242,9 @@ class Settings:
                              "checkpoint directory (offsets + RocksDB state; reuse it to resume)", "DIR")
     state_partitions: int = _s(4, _int(1),
                                "stateful tasks (spark.sql.shuffle.partitions; frozen into the checkpoint)", "N")
+    balance_tasks: bool = _s(True, _bool, "spread the input partitions evenly over the state partitions (adds a "
+                             "slot to the state key; fixed when a checkpoint is created, older checkpoints keep "
+                             "running without it)")
     state_buckets: int = _s(256, _int(1), "key buckets per task in the state store (one state entry each; "
                             "fixed when a checkpoint is created)", "N")
     state_cache: bool = _s(True, _bool, "keep each task's windows in the Python worker between micro-batches "

@@ -114,7 +114,8 @@ def test_end_to_end_json_update(kafka_bootstrap, topics, tmp_path):
 
 def test_end_to_end_other_sink(kafka_bootstrap, topics, tmp_path):
     """The sink that is not the default (spark: Spark's Kafka sink; direct: the workers' producers)."""
-    run_json_update(kafka_bootstrap, topics, tmp_path, 1500, 404, "--sink", OTHER_SINK)
+    run_json_update(kafka_bootstrap, topics, tmp_path, 1500, 404, "--sink", OTHER_SINK,
+                    "--max-offsets-per-trigger", "500")
 
 
 def test_end_to_end_avro_every_fields(kafka_bootstrap, topics, tmp_path):

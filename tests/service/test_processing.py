@@ -197,3 +197,20 @@ def test_state_calls_are_bounded_by_buckets():
     st = states[0]
     # per batch: 1 task read + 1 task write + at most 8 bucket reads and 8 bucket writes
     assert st.calls <= totals["batches"] * (2 + 16)
+
+
+def test_checkpoint_balance_tasks_is_fixed_at_creation(tmp_path):
+    from service.job import LAYOUT_FILE, checkpoint_balance_tasks, checkpoint_state_partitions
+
+    new = tmp_path / "new"
+    assert checkpoint_balance_tasks(str(new), True) is True
+    assert (new / LAYOUT_FILE).exists()
+    assert checkpoint_balance_tasks(str(new), False) is True  # recorded: the state key must not change
+    old = tmp_path / "old"  # a checkpoint with batches from before the layout file: no slot
+    (old / "offsets").mkdir(parents=True)
+    (old / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0,"conf":{"spark.sql.shuffle.partitions":"3"}}\n'
+                                       '{"t":{"0":5}}\n')
+    assert checkpoint_balance_tasks(str(old), True) is False
+    assert checkpoint_state_partitions(str(old)) == 3
+    assert checkpoint_state_partitions(str(new)) is None
+    assert checkpoint_balance_tasks("s3a://bucket/ck", False) is False
