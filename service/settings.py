@@ -201,7 +201,7 @@ class Settings:
                                                     "extra Kafka client settings for source, sink and admin "
                                                     "(k=v,k=v, e.g. security.protocol=SSL)", "K=V,...",
                                                     show=lambda v: ",".join(f"{k}={x}" for k, x in v))
-    sink: str = _s("spark", _choice(SINKS),
+    sink: str = _s("direct", _choice(SINKS),
                    "how output records reach Kafka: spark = Spark's Kafka sink (rows go through the JVM); direct = "
                    "each Python worker produces them with confluent-kafka and waits for every acknowledgement "
                    "before its micro-batch completes (at-least-once like the sink; kafka_options apply)")
