@@ -604,7 +604,7 @@ def process_columns(
     for k, key in enumerate(batch_keys):
         kw = store.keys.get(key)
         if kw is None:
-            kw = store._load(key)
+            kw = store._load(key, columns=True)  # a key stored as columns stays columns (no entries round trip)
             if kw is None:
                 kw = store.keys[key] = _new_kw()
         if not _columnize(kw, plan, composite):

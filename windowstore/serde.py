@@ -125,11 +125,14 @@ def _decode_columns(data: bytes) -> KeyWindows:
     widths = [n, n, n] + [n for x in codes[:p] if x] + [m] + [m for x in codes[p:] if x]
     if len(data) != off + 8 * sum(widths):
         raise StateFormatError("key state blob has the wrong length")
-    buf = bytearray(data)  # one copy: the arrays below are writable views of it
+    # one copy of all the arrays (aligned and writable); each array is a view of it, float64 ones reinterpreted
+    words = np.frombuffer(data, dtype="<i8", count=sum(widths), offset=off).copy()
     arrays = []
+    pos = 0
     for width, dtype in zip(widths, _column_dtypes(codes, p)):
-        arrays.append(np.frombuffer(buf, dtype=dtype, count=width, offset=off))
-        off += 8 * width
+        a = words[pos : pos + width]
+        arrays.append(a if dtype == "<i8" else a.view(dtype))
+        pos += width
     it = iter(arrays)
     starts, ts, counts = next(it), next(it), next(it)
     kw = KeyWindows()

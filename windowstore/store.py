@@ -155,8 +155,10 @@ class WindowStore:
         return self.store_time - lag
 
     # -- writes -----------------------------------------------------------------------------------------------
-    def _load(self, key: Hashable) -> KeyWindows | None:
-        """The key's windows from memory (as entries), or from the loader the first time the key is used."""
+    def _load(self, key: Hashable, columns: bool = False) -> KeyWindows | None:
+        """The key's windows from memory, or from the loader the first time the key is used: as entries, or
+        as they are (entries or columns) with ``columns=True`` - the batch path, which would turn entries
+        materialized here straight back into columns."""
         kw = self.keys.get(key)
         if kw is None:
             if self.loader is not None and key in self.key_max_start:
@@ -164,7 +166,9 @@ class WindowStore:
                 if kw is not None:
                     self.keys[key] = kw
                     self._size += len(kw)
-        if kw is not None and (kw.cols is not None or (kw.raw_ts is not None and not isinstance(kw.raw_ts, list))):
+        if not columns and kw is not None and (
+            kw.cols is not None or (kw.raw_ts is not None and not isinstance(kw.raw_ts, list))
+        ):
             self.materialize(kw)  # type: ignore[misc]  (a loaded key may come as columns too)
         return kw
 

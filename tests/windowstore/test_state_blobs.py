@@ -117,3 +117,31 @@ def test_malformed_columns_blob_is_an_error():
         decode_key_windows(blob[:-3])
     with pytest.raises(StateFormatError):
         decode_key_windows(blob[:10] + bytes([9]) + blob[11:])  # unknown column type code
+
+
+def test_batch_path_reads_columns_blobs_as_columns():
+    """A key stored as columns and read back by the batch path stays columns: it is never turned into entries
+    (and back) on the way in - what a worker-cache miss in the service pays for every key it touches."""
+    w = SlidingWindows(100, 50)
+    recs = [(f"k{i % 5}", i % 7, 3 * i) for i in range(400)]  # in order: the batch path always applies
+    backend: dict = {}
+    proc = SlidingWindowProcessor(w, Sum(), "update", batch=True)
+    proc.process_batch(recs[:200])
+    proc.flush()
+    meta = save_state(proc, backend)
+    assert all(blob[0] == KEY_FORMAT_COLUMNS for blob in backend.values())
+
+    reread = SlidingWindowProcessor.from_state(w, Sum(), "update", meta, backend.get, batch=True)
+    materialized = []
+    original = reread.store.materialize
+    reread.store.materialize = lambda kw: (materialized.append(kw), original(kw))[1]
+    reread.process_batch(recs[200:])
+    assert materialized == []
+
+    whole = SlidingWindowProcessor(w, Sum(), "update")
+    for r in recs[:200]:
+        whole.process(*r)
+    whole.flush()
+    for r in recs[200:]:
+        whole.process(*r)
+    assert reread.flush() == whole.flush()
