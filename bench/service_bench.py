@@ -67,15 +67,20 @@ def produce_backlog(bootstrap, topic, n, keys, event_rate, grace_ms, ooo, seed=1
 
 
 class LiveProducer(threading.Thread):
-    def __init__(self, bootstrap, topic, rate, keys, grace_ms, ooo, seconds):
+    """Produces ``rate`` records/s for ``seconds``: JSON ``{"amount", "sent"}`` (``sent`` = the wall clock in ms),
+    event time = the wall clock, ``ooo`` of them shifted back by up to ``grace_ms`` (also bench/side_by_side.py's
+    live phase)."""
+
+    def __init__(self, bootstrap, topic, rate, keys, grace_ms, ooo, seconds, key_prefix="acct-", linger_ms=5):
         super().__init__(daemon=True)
         from confluent_kafka import Producer
 
-        self.p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.p = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms})
         self.topic, self.rate, self.keys, self.grace, self.ooo, self.seconds = topic, rate, keys, grace_ms, ooo, \
             seconds
+        self.key_prefix = key_prefix
         self.sent = 0
-        self.start_ms = None
+        self.start_ms = int(time.time() * 1000)  # no record is sent before (reset when the thread starts)
 
     def run(self):
         rnd = random.Random(2)
@@ -84,15 +89,13 @@ class LiveProducer(threading.Thread):
         interval = 1.0 / self.rate
         nxt = t0
         while time.monotonic() - t0 < self.seconds:
-            ts = int(time.time() * 1000)
-            if rnd.random() < self.ooo:
-                ts -= rnd.randint(1, self.grace)
-            k = f"acct-{rnd.randrange(self.keys):05d}"
-            self.p.produce(self.topic, key=k.encode(), value=b'{"amount": %d, "sent": %d}' % (rnd.randint(1, 1000), int(time.time() * 1000)),
+            now = int(time.time() * 1000)
+            ts = now - rnd.randint(1, self.grace) if rnd.random() < self.ooo else now
+            k = f"{self.key_prefix}{rnd.randrange(self.keys):05d}".encode()
+            self.p.produce(self.topic, key=k, value=b'{"amount": %d, "sent": %d}' % (rnd.randint(1, 1000), now),
                            timestamp=ts)
             self.sent += 1
-            if self.sent % 100 == 0:
-                self.p.poll(0)
+            self.p.poll(0)
             nxt += interval
             d = nxt - time.monotonic()
             if d > 0:

@@ -62,7 +62,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import service_bench as sb  # noqa: E402  (read_to_end: read an output topic to its current end)
+import service_bench as sb  # noqa: E402  (read_to_end, LiveProducer: shared with the service benchmark)
 KSTREAMS_DIR = ROOT / "bench" / "kstreams_app"
 SYSTEMS = ("kstreams", "service", "builtin", "plain")
 
@@ -97,36 +97,6 @@ def produce_backlog(bootstrap, topics, n, keys, event_rate, grace_ms, ooo, seed=
         if i % 10000 == 0:
             p.poll(0)
     p.flush(300)
-
-
-class LiveProducer(threading.Thread):
-    def __init__(self, bootstrap, topic, rate, keys, grace_ms, ooo, seconds):
-        super().__init__(daemon=True)
-        from confluent_kafka import Producer
-
-        self.p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
-        self.topic, self.rate, self.keys, self.grace, self.ooo, self.seconds = (topic, rate, keys, grace_ms, ooo,
-                                                                                seconds)
-        self.sent = 0
-        self.start_ms = int(time.time() * 1000)
-
-    def run(self):
-        rnd = random.Random(2)
-        t0 = time.monotonic()
-        nxt = t0
-        while time.monotonic() - t0 < self.seconds:
-            now = int(time.time() * 1000)
-            ts = now - rnd.randint(1, self.grace) if rnd.random() < self.ooo else now
-            k = f"live-{rnd.randrange(self.keys):05d}".encode()
-            self.p.produce(self.topic, key=k, value=b'{"amount": %d, "sent": %d}' % (rnd.randint(1, 1000), now),
-                           timestamp=ts)
-            self.sent += 1
-            self.p.poll(0)
-            nxt += 1.0 / self.rate
-            d = nxt - time.monotonic()
-            if d > 0:
-                time.sleep(d)
-        self.p.flush(30)
 
 
 # ------------------------------------------------------------------------------------------------- processes
@@ -375,8 +345,8 @@ def run_cell(args, bootstrap, cell, systems, work, log_dir):
             t_done = proc.wait_consumed(n, args.timeout)
             drain_s = t_done - proc.started
             time.sleep(2)
-            live = LiveProducer(bootstrap, topics[system], live_rate, live_keys, args.grace, ooo,
-                                args.live_seconds)
+            live = sb.LiveProducer(bootstrap, topics[system], live_rate, live_keys, args.grace, ooo,
+                                   args.live_seconds, key_prefix="live-", linger_ms=1)
             live.start()
             live.join()
             proc.wait_consumed(n + live.sent, 120)
