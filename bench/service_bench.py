@@ -43,6 +43,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+def produce_waiting(p, topic, key, value, ts):
+    """``p.produce`` that waits for room when the producer's local queue is full (backlog writers)."""
+    while True:
+        try:
+            p.produce(topic, key=key, value=value, timestamp=ts)
+            return
+        except BufferError:
+            p.poll(0.1)
+
+
 def produce_backlog(bootstrap, topic, n, keys, event_rate, grace_ms, ooo, seed=1, base=None):
     from confluent_kafka import Producer
 
@@ -55,12 +65,7 @@ def produce_backlog(bootstrap, topic, n, keys, event_rate, grace_ms, ooo, seed=1
         if rnd.random() < ooo:
             ts -= rnd.randint(1, grace_ms)
         k = f"acct-{rnd.randrange(keys):05d}"
-        while True:
-            try:
-                p.produce(topic, key=k.encode(), value=b'{"amount": %d}' % rnd.randint(1, 1000), timestamp=ts)
-                break
-            except BufferError:
-                p.poll(0.1)
+        produce_waiting(p, topic, k.encode(), b'{"amount": %d}' % rnd.randint(1, 1000), ts)
         if i % 20000 == 0:
             p.poll(0)
     p.flush(120)

@@ -62,7 +62,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import service_bench as sb  # noqa: E402  (read_to_end, LiveProducer: shared with the service benchmark)
+import service_bench as sb  # noqa: E402  (read_to_end, LiveProducer, produce_waiting)
 KSTREAMS_DIR = ROOT / "bench" / "kstreams_app"
 SYSTEMS = ("kstreams", "service", "builtin", "plain")
 
@@ -88,12 +88,7 @@ def produce_backlog(bootstrap, topics, n, keys, event_rate, grace_ms, ooo, seed=
         k = f"acct-{rnd.randrange(keys):05d}".encode()
         v = b'{"amount": %d, "sent": %d}' % (rnd.randint(1, 1000), int(time.time() * 1000))
         for t in topics:
-            while True:
-                try:
-                    p.produce(t, key=k, value=v, timestamp=ts)
-                    break
-                except BufferError:
-                    p.poll(0.1)
+            sb.produce_waiting(p, t, k, v, ts)
         if i % 10000 == 0:
             p.poll(0)
     p.flush(300)
