@@ -153,7 +153,8 @@ def _columnize(kw: "KeyWindows", plan: Plan, composite: bool) -> bool:
     """Entries and raw lists -> columns; False when a value cannot be represented exactly."""
     if kw.cols is None:
         starts = kw.starts
-        rows = [kw.entries[s] for s in starts]
+        entries = kw.entries
+        rows = [entries[s] for s in starts]
         parts: list[Any] = []
         for i, (kind, _f) in enumerate(plan):
             if kind == "count":

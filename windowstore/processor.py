@@ -124,6 +124,8 @@ class SlidingWindowProcessor:
         self._plan = attach(self) if batch else None
         #: keys that took a partially-late record: the batch path checks them against R3 before use
         self.flagged_keys: set[Hashable] = set()
+        #: update mode, built-in Count/Sum, no batch path: in-order keys take :meth:`_process_fast`
+        self._lazy = self._update and bool(self._inline) and self._plan is None
 
     # ------------------------------------------------------------------------------------------------- input
     def process(self, key: Hashable, value: Any, ts: int) -> list[WindowUpdate]:
@@ -146,15 +148,19 @@ class SlidingWindowProcessor:
             self._drop(key, value, ts, DropReason.INVALID_TIMESTAMP)
             return []
 
-        if ts > self.observed_stream_time:
-            self.observed_stream_time = ts
-        close = self.observed_stream_time - self.grace
+        st = self.observed_stream_time
+        if ts > st:
+            self.observed_stream_time = st = ts
+        close = st - self.grace
         td = self.td
         if ts + td < close:  # R8: even [t, t+td], the latest window that could hold t, is closed
             stats.dropped_late += 1
             self._drop(key, value, ts, DropReason.LATE)
             return []
         stats.accepted += 1
+        if self._lazy and ts >= close and ts >= td:
+            self._process_fast(key, value, ts, close)
+            return []
 
         out: list[WindowUpdate] = []
         self._out = out if self._every else None
@@ -257,6 +263,7 @@ class SlidingWindowProcessor:
     @_dirty.setter
     def _dirty(self, cache: dict[tuple[Hashable, int], Any]) -> None:
         for _key, kw in self._touched:
+            kw.settle()
             kw.stamps = None
             kw.gone = None
         self._touched = []
@@ -287,6 +294,12 @@ class SlidingWindowProcessor:
         for key, kw in self._touched:
             entries = kw.entries
             gone = kw.gone
+            if slots is not None and finish is None and not gone:  # the common case, specialised
+                for s, seq in kw.stamps.items():  # type: ignore[union-attr]
+                    e = entries[s]
+                    slots[seq - base] = _new_update(WindowUpdate, (key, s, s + td, e[0], e[1], e[2]))
+                kw.stamps = None
+                continue
             for s, seq in kw.stamps.items():  # type: ignore[union-attr]
                 e = entries.get(s)
                 if e is None:
@@ -402,7 +415,152 @@ class SlidingWindowProcessor:
         else:
             self.stats.skipped_windows += 1
 
-    def _process_reverse(self, key: Hashable, value: Any, t: int, close: int) -> None:
+    def _process_fast(self, key: Hashable, value: Any, t: int, close: int) -> None:
+        """:meth:`_process_reverse` for update mode with an exact Count/Sum (and no batch path), for a record
+        with ``t >= close`` (so no write is skipped): when ``t`` is at least every max ts of the key and no
+        window starts after ``t`` - a key in order - the windows containing ``t`` are the suffix of the key's
+        windows that start after ``t - td``, and adding ``t`` to all of them is a lazy run on the key (see
+        :class:`~windowstore.store.KeyWindows`): O(1) per record, plus one write per window that leaves the run.
+        Anything else takes :meth:`_process_reverse`, which ends the run first."""
+        store = self.store
+        kw = store.keys.get(key)
+        if kw is None or kw.cols is not None or kw.raw_ts is not None:
+            kw = store.windows_of(key)
+        else:  # windows_of inline: drop the windows no read can see any more
+            starts = kw.starts
+            if starts and starts[0] < store.store_time - store._purge_lag:
+                dropped = kw.trim_below(store.store_time - store._purge_lag)
+                store.expired += dropped
+                store._size -= dropped
+        store.dirty.add(key)
+        inc = 1
+        if self._inline == 2 and (type(value) is not int or kw.exact is not True):  # Sum: while sums are ints
+            if type(value) is not int:
+                kw.exact = False
+                return self._process_reverse(key, value, t, close, kw)
+            if kw.exact is None:
+                kw.exact = all(type(e[0]) is int for e in kw._entries.values())
+            if not kw.exact:
+                return self._process_reverse(key, value, t, close, kw)
+        if self._inline == 2:
+            inc = value
+        kmax = kw.kmax
+        if kmax is None:
+            kmax = kw.kmax = max([e[1] for e in kw._entries.values()], default=-1)
+        starts = kw.starts
+        if t < kmax or (starts and starts[-1] > t):
+            return self._process_reverse(key, value, t, close, kw)
+        td = self.td
+        entries = kw._entries
+        n = len(starts)
+        left = t - td
+        j = bisect_right(starts, left)  # starts[j:]: t - td < s <= t, every window containing t
+        updated = n - j
+        stamps = kw.stamps
+        if stamps is None:
+            stamps = self._open_stamps(key, kw)
+        seq = self._seq
+        act = kw.lz_act
+        if act is not None:
+            a = bisect_left(starts, act)
+            if a > j:  # windows before the run would join it (not expected in order): start a new run
+                kw.settle()
+                act = None
+            elif a < j:  # windows leaving the run (they no longer contain the newest record): real values back
+                kw.settle_range(a, j)
+            if not updated:
+                kw.lz_act = None
+        if updated:
+            if act is None:  # a new run
+                kw.lz_g = inc
+                kw.lz_c = 1
+            else:
+                kw.lz_g += inc
+                kw.lz_c += 1
+            kw.lz_act = starts[j]
+            kw.lz_t = t
+            kw.lz_end = starts[-1]
+            kw.lz_seq = seq
+            seq += updated
+        kw.kmax = t
+        lo = t - 2 * td
+        prev = -1  # the previous record's timestamp (none: -1)
+        x = j - 1
+        left_created = False
+        if x >= 0 and starts[x] == left:
+            left_created = True
+            e = entries[left]
+            old_ts = e[1]
+            e[0] += inc
+            if t > old_ts:
+                e[1] = t
+            e[2] += 1
+            updated += 1
+            seq += 1
+            stamps[left] = seq
+            if old_ts >= t:  # duplicate timestamp: every window it needs exists already (R10.3, R15)
+                self._seq = seq
+                self.stats.windows_updated += updated
+                return None
+            prev = old_ts
+            x -= 1
+        la = None  # the newest window ending before t
+        if x >= 0 and starts[x] >= lo:
+            la = entries[starts[x]]
+            prev = la[1]
+        # createWindows (R12): the previous record's right window, the left window; no right window (t is
+        # the key's newest timestamp); nothing is closed (t >= close)
+        created = 0
+        if prev >= 0:
+            p1 = prev + 1
+            if p1 + td >= t and p1 not in entries:
+                created += 1
+                seq += 1
+                if not starts or p1 > starts[-1]:
+                    if kw.lz_act is not None:  # joins the run: stored minus the run totals
+                        e = [inc - kw.lz_g, t, 1 - kw.lz_c]
+                    else:
+                        e = [inc, t, 1]
+                    entries[p1] = e
+                    starts.append(p1)
+                    store.key_max_start[key] = p1
+                    store._size += 1
+                else:  # not after every window (not expected in order): end the run, then an ordinary insert
+                    if p1 != left:
+                        kw.settle()
+                    store.insert(key, kw, p1, [inc, t, 1])
+                stamps[p1] = seq
+                if p1 > store.store_time:
+                    store.store_time = p1
+        if not left_created:
+            created += 1
+            seq += 1
+            if la is not None and left <= prev:
+                e = [la[0] + inc, t, la[2] + 1]
+            else:
+                e = [inc, t, 1]
+            if left in entries:  # R20: the previous record's right window is also the left window
+                entries[left][:] = e
+            else:  # store.insert inline (update mode reads everything): before the run, or the newest window
+                entries[left] = e
+                if starts and left < starts[-1]:
+                    starts.insert(bisect_left(starts, left), left)
+                else:
+                    starts.append(left)
+                    store.key_max_start[key] = left
+                store._size += 1
+            stamps[left] = seq
+            if left > store.store_time:
+                store.store_time = left
+        self._seq = seq
+        stats = self.stats
+        if updated:
+            stats.windows_updated += updated
+        if created:
+            stats.windows_created += created
+        return None
+
+    def _process_reverse(self, key: Hashable, value: Any, t: int, close: int, kw: KeyWindows | None = None) -> None:
         """``processReverse`` + ``createWindows`` (R10, R12) for a record with ``t >= td``.
 
         The scan's windows, newest first, fall in four groups (only starts ``>= lo`` are visible): the
@@ -412,12 +570,19 @@ class SlidingWindowProcessor:
         window ending before ``t`` (leftWinAgg, and ``prev``). Writes go newest first, as in Kafka Streams."""
         td = self.td
         store = self.store
-        kw = store.windows_of(key)  # _open_key inline
-        store.dirty.add(key)
+        if kw is None:
+            kw = store.windows_of(key)  # _open_key inline
+            store.dirty.add(key)
         if self._plan is not None:
             self._keep_raw(key, kw, value, t, close)
+        if kw.lz_act is not None:
+            kw.settle()
+        if kw.kmax is not None and t > kw.kmax:
+            kw.kmax = t
+        if kw.exact and type(value) is not int:
+            kw.exact = False
         starts = kw.starts
-        entries = kw.entries
+        entries = kw._entries
         lo = t - 2 * td
         if lo < 0:
             lo = 0
@@ -541,7 +706,11 @@ class SlidingWindowProcessor:
         store = self.store
         kw = self._open_key(key, value, t, close)
         starts = kw.starts
-        entries = kw.entries
+        entries = kw.entries  # ends a lazy run
+        if kw.kmax is not None and t > kw.kmax:
+            kw.kmax = t
+        if kw.exact and type(value) is not int:
+            kw.exact = False
         lo = store.read_bound()
         if lo < 0:
             lo = 0

@@ -48,13 +48,25 @@ class Visibility(enum.Enum):
 
 
 class KeyWindows:
-    """The windows of one key: ``starts`` sorted ascending, ``entries[start] = [acc, max_ts, count]``."""
+    """The windows of one key: ``starts`` sorted ascending, ``entries[start] = [acc, max_ts, count]``.
 
-    __slots__ = ("starts", "entries", "raw_ts", "raw_cols", "cols", "stamps", "gone")
+    Lazy run (update mode, exact Count/Sum, see :meth:`SlidingWindowProcessor._process_fast`): when a key's
+    records arrive in order, every record adds to the same suffix of its windows (those starting after
+    ``t - td``). Instead of writing each of them, the processor adds to the key's run totals ``lz_g`` (acc),
+    ``lz_c`` (count) and sets ``lz_t`` (max ts); the windows with ``start >= lz_act`` then hold their values
+    minus the run totals, and their max ts is ``lz_t``. ``lz_end``/``lz_seq``: the newest start written by the
+    run's last record and the write sequence number before it (that record wrote ``lz_end`` first: window
+    ``k`` places before it got ``lz_seq + 1 + k``). :meth:`settle` writes the real values (and record-cache
+    stamps) back; :attr:`entries` settles first, so every reader outside the record path's hot loop sees real
+    values.
+    """
+
+    __slots__ = ("starts", "_entries", "raw_ts", "raw_cols", "cols", "stamps", "gone",
+                 "lz_act", "lz_g", "lz_c", "lz_t", "lz_end", "lz_seq", "kmax", "exact")
 
     def __init__(self) -> None:
         self.starts: list[int] = []
-        self.entries: dict[int, list] = {}
+        self._entries: dict[int, list] = {}
         #: batch path only: accepted records' timestamps (ascending, arrival order within a ts) and, per
         #: aggregation part, the numeric value each contributes (``None`` for a count part)
         self.raw_ts: Any = None
@@ -66,9 +78,61 @@ class KeyWindows:
         #: written since the last flush (None: none), and the entries of those expired before the flush
         self.stamps: dict[int, int] | None = None
         self.gone: dict[int, list] | None = None
+        #: the lazy run (see the class docstring); ``lz_act`` None: no run, every entry holds real values
+        self.lz_act: int | None = None
+        self.lz_g: Any = 0
+        self.lz_c = 0
+        self.lz_t = 0
+        self.lz_end = 0
+        self.lz_seq = 0
+        #: an upper bound of every window's max ts (None: not known yet)
+        self.kmax: int | None = None
+        #: every accumulator is an ``int`` (None: not known yet): the lazy run's sums are then exact
+        self.exact: bool | None = None
+
+    @property
+    def entries(self) -> dict[int, list]:
+        """``{start: [acc, max_ts, count]}`` with real values (a lazy run is settled first)."""
+        if self.lz_act is not None:
+            self.settle()
+        return self._entries
+
+    @entries.setter
+    def entries(self, entries: dict[int, list]) -> None:
+        self.lz_act = None
+        self.kmax = None
+        self.exact = None
+        self._entries = entries
 
     def __len__(self) -> int:
         return len(self.starts) if self.cols is None else len(self.cols.starts)
+
+    def settle(self) -> None:
+        """End the lazy run: every window of the run gets its real values (and record-cache stamp) back."""
+        act = self.lz_act
+        if act is not None:
+            starts = self.starts
+            self.settle_range(bisect_left(starts, act), len(starts))
+            self.lz_act = None
+
+    def settle_range(self, a: int, b: int) -> None:
+        """Real values back for the run's windows at indexes ``a`` to ``b - 1`` (they leave the run)."""
+        starts = self.starts
+        entries = self._entries
+        g = self.lz_g
+        c = self.lz_c
+        t = self.lz_t
+        end = self.lz_end
+        stamps = self.stamps
+        top = self.lz_seq + 1 + bisect_left(starts, end)  # stamp of index x: top - x
+        for x in range(a, b):
+            s = starts[x]
+            e = entries[s]
+            e[0] += g
+            e[1] = t
+            e[2] += c
+            if s <= end and stamps is not None:
+                stamps[s] = top - x
 
     def trim_below(self, bound: int) -> int:
         """Drop every window with start < ``bound`` (and raw records with ts < ``bound``); return how many
@@ -83,10 +147,12 @@ class KeyWindows:
         starts = self.starts
         if not starts or starts[0] >= bound:
             return 0
+        if self.lz_act is not None and self.lz_act < bound:
+            self.settle()
         i = bisect_left(starts, bound)
         dropped = starts[:i]
         del starts[:i]
-        entries = self.entries
+        entries = self._entries
         stamps = self.stamps
         if stamps:  # written since the last flush: the flush still reports them (R21)
             gone = self.gone
@@ -202,6 +268,8 @@ class WindowStore:
             self.store_time = start
         kw = self.windows_of(key)
         self.dirty.add(key)
+        kw.kmax = None
+        kw.exact = None
         entry = kw.entries.get(start)
         if entry is not None:
             entry[0] = acc
@@ -217,7 +285,7 @@ class WindowStore:
         lag = self._read_lag
         if lag is not None and start < self.store_time - lag and self.store_time != NO_TIMESTAMP:
             return False
-        kw.entries[start] = entry
+        kw._entries[start] = entry
         starts = kw.starts
         if not starts or start > starts[-1]:
             starts.append(start)
