@@ -124,8 +124,10 @@ class SlidingWindowProcessor:
         self._plan = attach(self) if batch else None
         #: keys that took a partially-late record: the batch path checks them against R3 before use
         self.flagged_keys: set[Hashable] = set()
-        #: update mode, built-in Count/Sum, no batch path: in-order keys take :meth:`_process_fast`
+        #: update mode, built-in Count/Sum, no batch path: records enter through :meth:`_process_fast`
         self._lazy = self._update and bool(self._inline) and self._plan is None
+        if self._lazy:
+            self.process = self._process_fast  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------------------------------------- input
     def process(self, key: Hashable, value: Any, ts: int) -> list[WindowUpdate]:
@@ -158,9 +160,6 @@ class SlidingWindowProcessor:
             self._drop(key, value, ts, DropReason.LATE)
             return []
         stats.accepted += 1
-        if self._lazy and ts >= close and ts >= td:
-            self._process_fast(key, value, ts, close)
-            return []
 
         out: list[WindowUpdate] = []
         self._out = out if self._every else None
@@ -294,11 +293,15 @@ class SlidingWindowProcessor:
         for key, kw in self._touched:
             entries = kw.entries
             gone = kw.gone
-            if slots is not None and finish is None and not gone:  # the common case, specialised
+            if slots is not None and finish is None:  # the common case, specialised
+                if gone:  # expired windows, unless written again since
+                    gone.update(entries)
+                    entries = gone
                 for s, seq in kw.stamps.items():  # type: ignore[union-attr]
                     e = entries[s]
                     slots[seq - base] = _new_update(WindowUpdate, (key, s, s + td, e[0], e[1], e[2]))
                 kw.stamps = None
+                kw.gone = None
                 continue
             for s, seq in kw.stamps.items():  # type: ignore[union-attr]
                 e = entries.get(s)
@@ -415,13 +418,25 @@ class SlidingWindowProcessor:
         else:
             self.stats.skipped_windows += 1
 
-    def _process_fast(self, key: Hashable, value: Any, t: int, close: int) -> None:
-        """:meth:`_process_reverse` for update mode with an exact Count/Sum (and no batch path), for a record
-        with ``t >= close`` (so no write is skipped): when ``t`` is at least every max ts of the key and no
-        window starts after ``t`` - a key in order - the windows containing ``t`` are the suffix of the key's
-        windows that start after ``t - td``, and adding ``t`` to all of them is a lazy run on the key (see
-        :class:`~windowstore.store.KeyWindows`): O(1) per record, plus one write per window that leaves the run.
-        Anything else takes :meth:`_process_reverse`, which ends the run first."""
+    def _process_fast(self, key: Hashable, value: Any, t: Any) -> list[WindowUpdate]:
+        """:meth:`process` for update mode with Count/Sum (and no batch path). A valid record with
+        ``t >= td`` and ``t >= close`` (not late, no write skipped) whose key is in order - ``t`` is at least
+        every max ts of the key and no window starts after ``t`` - adds ``t`` to exactly the suffix of the key's
+        windows that start after ``t - td``: that suffix is kept as a lazy run on the key (see
+        :class:`~windowstore.store.KeyWindows`), O(1) per record plus one write per window leaving the run.
+        Sum is lazy only while every sum of the key is an ``int`` (exact). Anything else takes :meth:`process`
+        or :meth:`_process_reverse`, which end the run first."""
+        if key is None or value is None or type(t) is not int or t < self.td or not self._lazy:
+            return SlidingWindowProcessor.process(self, key, value, t)
+        st = self.observed_stream_time
+        if t > st:
+            self.observed_stream_time = st = t
+        close = st - self.grace
+        if t < close:  # late, or some of its windows are closed
+            return SlidingWindowProcessor.process(self, key, value, t)
+        stats = self.stats
+        stats.records += 1
+        stats.accepted += 1
         store = self.store
         kw = store.keys.get(key)
         if kw is None or kw.cols is not None or kw.raw_ts is not None:
@@ -437,11 +452,13 @@ class SlidingWindowProcessor:
         if self._inline == 2 and (type(value) is not int or kw.exact is not True):  # Sum: while sums are ints
             if type(value) is not int:
                 kw.exact = False
-                return self._process_reverse(key, value, t, close, kw)
+                self._process_reverse(key, value, t, close, kw)
+                return []
             if kw.exact is None:
                 kw.exact = all(type(e[0]) is int for e in kw._entries.values())
             if not kw.exact:
-                return self._process_reverse(key, value, t, close, kw)
+                self._process_reverse(key, value, t, close, kw)
+                return []
         if self._inline == 2:
             inc = value
         kmax = kw.kmax
@@ -449,7 +466,8 @@ class SlidingWindowProcessor:
             kmax = kw.kmax = max([e[1] for e in kw._entries.values()], default=-1)
         starts = kw.starts
         if t < kmax or (starts and starts[-1] > t):
-            return self._process_reverse(key, value, t, close, kw)
+            self._process_reverse(key, value, t, close, kw)
+            return []
         td = self.td
         entries = kw._entries
         n = len(starts)
@@ -467,7 +485,15 @@ class SlidingWindowProcessor:
                 kw.settle()
                 act = None
             elif a < j:  # windows leaving the run (they no longer contain the newest record): real values back
-                kw.settle_range(a, j)
+                end = kw.lz_end
+                if a + 1 == j and starts[a] <= end:  # KeyWindows.settle_range inline for the usual one window
+                    e = entries[starts[a]]
+                    e[0] += kw.lz_g
+                    e[1] = kw.lz_t
+                    e[2] += kw.lz_c
+                    stamps[starts[a]] = kw.lz_seq + 1 + bisect_left(starts, end) - a
+                else:
+                    kw.settle_range(a, j)
             if not updated:
                 kw.lz_act = None
         if updated:
@@ -500,8 +526,8 @@ class SlidingWindowProcessor:
             stamps[left] = seq
             if old_ts >= t:  # duplicate timestamp: every window it needs exists already (R10.3, R15)
                 self._seq = seq
-                self.stats.windows_updated += updated
-                return None
+                stats.windows_updated += updated
+                return []
             prev = old_ts
             x -= 1
         la = None  # the newest window ending before t
@@ -553,12 +579,11 @@ class SlidingWindowProcessor:
             if left > store.store_time:
                 store.store_time = left
         self._seq = seq
-        stats = self.stats
         if updated:
             stats.windows_updated += updated
         if created:
             stats.windows_created += created
-        return None
+        return []
 
     def _process_reverse(self, key: Hashable, value: Any, t: int, close: int, kw: KeyWindows | None = None) -> None:
         """``processReverse`` + ``createWindows`` (R10, R12) for a record with ``t >= td``.
