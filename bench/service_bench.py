@@ -113,7 +113,10 @@ def builtin_query(spark, bootstrap, topic, out_topic, ckpt, td_ms, hop_ms, grace
     """The built-in hopping-window query; ``with_sent`` also aggregates ``max(sent)`` (the latency runs)."""
     from pyspark.sql import functions as F
 
-    src = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+    from service.job import SOURCE_DEFAULTS
+
+    # the Kafka source options the service uses (same consumer behaviour for both queries)
+    src = (spark.readStream.format("kafka").options(**SOURCE_DEFAULTS).option("kafka.bootstrap.servers", bootstrap)
            .option("subscribe", topic).option("startingOffsets", "earliest"))
     if batch:
         src = src.option("maxOffsetsPerTrigger", str(batch))
@@ -167,9 +170,27 @@ def drain(query, total, timeout):
         "overall_rows_per_s": sum(rows) / sum(durs) if durs else None,
         "batch_s_p50": statistics.median(durs[1:]) if len(durs) > 1 else None,
         "batch_s_max": max(durs[1:]) if len(durs) > 1 else None,
-        "observed": [dict(p.observedMetrics["slidingwindow"].asDict()) for p in progs
-                     if "slidingwindow" in (p.observedMetrics or {})],
+        "progress": progs,
     }
+
+
+def print_batches(progs):
+    """One line per micro-batch: Spark's duration parts and, for the service, its per-batch counters (task
+    times are summed over the batch's tasks)."""
+    for p in progs:
+        d = p.durationMs
+        line = f"  batch {p.batchId}: {p.numInputRows} rows {d.get('triggerExecution', 0) / 1000:.2f}s " + " ".join(
+            f"{k}={v / 1000:.2f}" for k, v in sorted(d.items()) if k != "triggerExecution" and v >= 20)
+        o = (p.observedMetrics or {}).get("slidingwindow")
+        if o is not None:
+            o = o.asDict()
+            line += (" | out %(changelog)d python %(process_ns)s read %(state_read_ns)s write %(state_write_ns)s "
+                     "produce %(produce_ns)s hit %(state_cache_hit)d/%(task_batches)d (replayed "
+                     "%(state_cache_replayed)d) buckets loaded "
+                     "%(state_buckets_loaded)d written %(state_buckets_written)d" % {
+                         **o, **{k: f"{o[k] / 1e9:.2f}s" for k in ("process_ns", "state_read_ns", "state_write_ns",
+                                                                    "produce_ns")}})
+        print(line, flush=True)
 
 
 def read_to_end(bootstrap, topic, chunk=5000):
@@ -288,19 +309,14 @@ def main() -> int:
     for name, sink in services.items():
         q = service_query(spark, settings(f"svc-{sink}", sink=sink))
         results[name] = drain(q, args.records, args.timeout)
-        print(f"{name}:", {k: v for k, v in results[name].items() if k != "observed"}, flush=True)
-        for o in results[name]["observed"]:
-            print("  batch: records %(records)d out %(changelog)d python %(process_ns)s read %(state_read_ns)s "
-                  "write %(state_write_ns)s produce %(produce_ns)s hit %(state_cache_hit)d buckets loaded "
-                  "%(state_buckets_loaded)d written %(state_buckets_written)d keys written %(state_keys_written)d" % {
-                      **o, **{k: f"{o[k] / 1e9:.2f}s" for k in ("process_ns", "state_read_ns", "state_write_ns",
-                                                                 "produce_ns")}},
-                  flush=True)
+        print(f"{name}:", {k: v for k, v in results[name].items() if k != "progress"}, flush=True)
+        print_batches(results[name]["progress"])
     if not args.skip_builtin:
         q = builtin_query(spark, bootstrap, topic, f"{run}-builtin-out", str(work / "ck-builtin"), args.td,
                           args.hop, args.grace, args.batch, 0)
         results["builtin"] = drain(q, args.records, args.timeout)
-        print("builtin:", {k: v for k, v in results["builtin"].items() if k != "observed"}, flush=True)
+        print("builtin:", {k: v for k, v in results["builtin"].items() if k != "progress"}, flush=True)
+        print_batches(results["builtin"]["progress"])
 
     lat = {}
     if args.latency_rate == "half":
@@ -333,6 +349,7 @@ def main() -> int:
             time.sleep(10)
             progs = [p for p in q.recentProgress if p.numInputRows]
             q.stop()
+            print_batches(progs)
             lat[name] = latencies(bootstrap, out_topic, prod.start_ms + 15_000)
             lat[name]["rate"] = latency_rate
             lat[name]["batch_s_p50"] = statistics.median(

@@ -202,7 +202,9 @@ def builtin_query(spark, bootstrap, topic, out_topic, ckpt, td_ms, hop_ms, grace
     """bench/service_bench.py's built-in query (count, sum, max over hopping windows) plus max(sent)."""
     from pyspark.sql import functions as F
 
-    src = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+    from service.job import SOURCE_DEFAULTS
+
+    src = (spark.readStream.format("kafka").options(**SOURCE_DEFAULTS).option("kafka.bootstrap.servers", bootstrap)
            .option("subscribe", topic).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(batch)))
     v = F.col("value").cast("string")
     df = src.load().select(F.col("key").cast("string").alias("k"), F.col("timestamp").alias("ts"),

@@ -76,6 +76,7 @@ class OutputProducer:
         from confluent_kafka import Producer
 
         self._errors: list[str] = []
+        self._sent = 0  # rows handed to send() since the last wait()
         self._producer = Producer({**config, "on_delivery": self._on_delivery, "error_cb": self._on_error})
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
@@ -90,9 +91,16 @@ class OutputProducer:
         """Produce the rows (in order) and wait until Kafka acknowledged all of them; returns how many.
 
         Raises :class:`DeliveryError` when any record was not delivered."""
+        self.send(topics, keys, values, headers)
+        return self.wait()
+
+    def send(self, topics: Sequence[str], keys: Sequence[bytes | None], values: Sequence[bytes | None],
+             headers: Sequence[Sequence[tuple[str, bytes]] | None]) -> None:
+        """Hand the rows (in order) to the producer without waiting for acknowledgements (see :meth:`wait`):
+        librdkafka's threads send them while the caller goes on (e.g. writes its state)."""
         p = self._producer
         produce = p.produce
-        self._errors.clear()
+        self._sent += len(topics)
         for topic, key, value, hdrs in zip(topics, keys, values, headers):
             while True:
                 try:
@@ -103,12 +111,19 @@ class OutputProducer:
                     break
                 except BufferError:  # the local queue is full: let librdkafka send some first
                     p.poll(0.05)
+
+    def wait(self) -> int:
+        """Wait until Kafka acknowledged every row handed to :meth:`send` since the last wait; returns how many.
+
+        Raises :class:`DeliveryError` when any record was not delivered."""
+        p = self._producer
         while len(p):  # bounded: every record is delivered or fails within message.timeout.ms
             p.flush(1.0)
-        if self._errors:
-            n = len(self._errors)
-            raise DeliveryError(f"{n} of {len(topics)} output records were not delivered, e.g. {self._errors[0]}")
-        return len(topics)
+        sent, self._sent = self._sent, 0
+        errors, self._errors = self._errors, []
+        if errors:
+            raise DeliveryError(f"{len(errors)} of {sent} output records were not delivered, e.g. {errors[0]}")
+        return sent
 
 
 _PRODUCERS: dict[tuple[int, tuple[tuple[str, str], ...]], OutputProducer] = {}

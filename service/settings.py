@@ -201,6 +201,11 @@ class Settings:
                                                     "extra Kafka client settings for source, sink and admin "
                                                     "(k=v,k=v, e.g. security.protocol=SSL)", "K=V,...",
                                                     show=lambda v: ",".join(f"{k}={x}" for k, x in v))
+    source_options: tuple[tuple[str, str], ...] = _s((), _kafka_options,
+                                                     "extra options of Spark's Kafka source only (k=v,k=v; "
+                                                     "kafka.* go to its consumer), over the service's defaults "
+                                                     "kafka.fetch.max.wait.ms=10", "K=V,...",
+                                                     show=lambda v: ",".join(f"{k}={x}" for k, x in v))
     sink: str = _s("direct", _choice(SINKS),
                    "how output records reach Kafka: spark = Spark's Kafka sink (rows go through the JVM); direct = "
                    "each Python worker produces them with confluent-kafka and waits for every acknowledgement "
