@@ -382,7 +382,7 @@ class SlidingWindowProcessor:
     def _put_new(self, key: Hashable, kw: KeyWindows, puts: Iterable[tuple[int, Any, int, int]]) -> None:
         """Put windows ``(start, acc, max_ts, count)`` the scan did not find, in this order, and forward them."""
         store = self.store
-        entries = kw.entries
+        entries = kw._entries  # the callers ended any lazy run
         stamps = None  # update mode: _emit_update inline
         if self._update:
             stamps = kw.stamps
@@ -600,12 +600,13 @@ class SlidingWindowProcessor:
             store.dirty.add(key)
         if self._plan is not None:
             self._keep_raw(key, kw, value, t, close)
-        if kw.lz_act is not None:
-            kw.settle()
-        if kw.kmax is not None and t > kw.kmax:
-            kw.kmax = t
-        if kw.exact and type(value) is not int:
-            kw.exact = False
+        if self._lazy:  # end the run; keep what _process_fast checks true
+            if kw.lz_act is not None:
+                kw.settle()
+            if kw.kmax is not None and t > kw.kmax:
+                kw.kmax = t
+            if kw.exact and type(value) is not int:
+                kw.exact = False
         starts = kw.starts
         entries = kw._entries
         lo = t - 2 * td
@@ -732,10 +733,11 @@ class SlidingWindowProcessor:
         kw = self._open_key(key, value, t, close)
         starts = kw.starts
         entries = kw.entries  # ends a lazy run
-        if kw.kmax is not None and t > kw.kmax:
-            kw.kmax = t
-        if kw.exact and type(value) is not int:
-            kw.exact = False
+        if self._lazy:  # keep what _process_fast checks true
+            if kw.kmax is not None and t > kw.kmax:
+                kw.kmax = t
+            if kw.exact and type(value) is not int:
+                kw.exact = False
         lo = store.read_bound()
         if lo < 0:
             lo = 0
@@ -810,7 +812,7 @@ class SlidingWindowProcessor:
             if start < lower or start < bound:
                 continue  # below the time-ordered store's retention: never emitted (R29)
             kw = store._load(key)
-            e = None if kw is None else kw.entries.get(start)
+            e = None if kw is None else kw._entries.get(start)  # close mode: never a lazy run
             if e is None:
                 continue
             acc = e[0]
