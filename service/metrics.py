@@ -135,9 +135,6 @@ state_buckets_written = Counter(P + "state_buckets_written_total", "Key buckets 
                                 registry=REGISTRY)
 state_cache_hits = Counter(P + "state_cache_hits_total", "Task batches served from the worker's cached processor",
                            registry=REGISTRY)
-state_cache_replays = Counter(P + "state_cache_replays_total", "Micro-batches replayed from the task's replay log to "
-                             "bring a worker's stale cached processor up to date (instead of reading the state back)",
-                             registry=REGISTRY)
 task_batches = Counter(P + "task_batches_total", "Task micro-batches processed (one per input partition with "
                        "data per micro-batch)", registry=REGISTRY)
 worker_seconds = Counter(P + "worker_seconds_total", "Time in the Python tasks, by phase "
@@ -151,7 +148,7 @@ METRICS: dict[str, Any] = {m._name: m for m in (
     windows_created, windows_updated, windows_expired, windows_skipped, record_lateness, e2e_latency,
     batch_duration, batches, last_progress, stream_time, partition_stream_time, input_rate, processed_rate,
     consumer_lag, offsets_behind, state_windows, state_rows, state_bytes, state_buckets_written, state_cache_hits,
-    state_cache_replays, task_batches, worker_seconds,
+    task_batches, worker_seconds,
     lag_poll_errors)}
 
 # label values known up front (so every series exists from the first scrape, at 0)
@@ -230,7 +227,6 @@ def record_progress(observed: Mapping[str, Any], progress: Mapping[str, Any], la
     windows_skipped.inc(o.get("skipped_windows", 0))
     state_buckets_written.inc(o.get("state_buckets_written", 0))
     state_cache_hits.inc(o.get("state_cache_hit", 0))
-    state_cache_replays.inc(o.get("state_cache_replayed", 0))
     task_batches.inc(o.get("task_batches", 0))
     worker_seconds.labels("process").inc(o.get("process_ns", 0) / 1e9)
     worker_seconds.labels("state_read").inc(o.get("state_read_ns", 0) / 1e9)

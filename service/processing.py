@@ -48,7 +48,6 @@ STATS_FIELDS = (
     "skipped_windows",  # closed windows a partially-late record skipped (R13)
     "windows_expired",
     "state_cache_hit",  # 1 when the worker's cached processor was valid (no state reads)
-    "state_cache_replayed",  # batches replayed to bring a stale cached processor up to date (then also a hit)
     "state_buckets_loaded",
     "state_buckets_written",
     "state_buckets_deleted",
@@ -168,12 +167,8 @@ class TaskRunner:
         values: Sequence[bytes | None],
         timestamps: Sequence[int | None],
         emit_time_ms: int | None = None,
-        replay: bool = False,
     ) -> TaskOutput:
         """Process one task's records of a micro-batch, given in OFFSET ORDER; returns the output rows.
-
-        ``replay``: only bring the processor to the state after these records (a batch another worker
-        processed already, see :func:`process_task_batch`): no output rows are made.
 
         Only the processor is changed (its state is the caller's to persist)."""
         t0 = time.perf_counter_ns()
@@ -216,8 +211,6 @@ class TaskRunner:
             updates.extend(proc.flush())
         late_rows: list[tuple[int, Any]] = []
         dropped = proc.take_drops()
-        if replay:
-            return out
         if dropped:
             index_of = {id(v): i for i, _k, v, _t in good}
             late_rows = [(index_of[id(d.value)], d) for d in dropped]
@@ -350,10 +343,6 @@ def bucket_of(key: str, buckets: int) -> int:
     return zlib.crc32(key.encode("utf-8")) % buckets
 
 
-class _NotCached(RuntimeError):
-    """A key's bucket was needed outside of a micro-batch (e.g. by a replay) and is not held in memory."""
-
-
 def _decode_bucket(data: bytes | None) -> dict[str, bytes]:
     return {} if data is None else pickle.loads(data)
 
@@ -386,7 +375,7 @@ class _BucketSource:
         data = self.buckets.get(b)
         if data is None:
             if self.state is None:
-                raise _NotCached(f"state read outside of a micro-batch (bucket {b})")
+                raise RuntimeError("state read outside of a micro-batch")
             t = time.perf_counter_ns()
             self.loaded += 1
             data = self.buckets[b] = _decode_bucket(self.state.get_bucket(b))
@@ -398,22 +387,14 @@ class _BucketSource:
 
 
 class _Cached:
-    """A task's processor kept in a Python worker between micro-batches, valid while ``token`` matches (or
-    after replaying the batches logged since, see :func:`_catch_up`)."""
+    """A task's processor kept in a Python worker between micro-batches, valid while ``token`` matches."""
 
-    __slots__ = ("token", "proc", "source", "log")
+    __slots__ = ("token", "proc", "source")
 
-    def __init__(self, token: str, proc: SlidingWindowProcessor, source: _BucketSource, log: list) -> None:
+    def __init__(self, token: str, proc: SlidingWindowProcessor, source: _BucketSource) -> None:
         self.token = token
         self.proc = proc
         self.source = source
-        self.log = log
-
-
-#: the MapState entry (not a key bucket) holding the task's replay log: its last :data:`REPLAY_DEPTH` micro-batches
-#: as ``(token before, token after, offsets, keys, values, timestamps)``
-REPLAY_BUCKET = -1
-REPLAY_DEPTH = 2
 
 
 def _changes_by_bucket(proc: SlidingWindowProcessor, n_buckets: int) -> dict[int, dict[str, bytes | None]]:
@@ -424,59 +405,6 @@ def _changes_by_bucket(proc: SlidingWindowProcessor, n_buckets: int) -> dict[int
         changed.setdefault(bucket_of(k, n_buckets), {})[k] = blob
     proc.clear_dirty_keys()
     return changed
-
-
-def _apply(data: dict[str, bytes], blobs: dict[str, bytes | None]) -> None:
-    for k, blob in blobs.items():
-        if blob is None:
-            data.pop(k, None)
-        else:
-            data[k] = blob
-
-
-def _catch_up(runner: TaskRunner, state: TaskState, cached: _Cached, topic: str, partition: int,
-              meta: bytes, token: str) -> tuple[list, int] | None:
-    """Bring a stale cached processor to the committed state ``token`` by replaying the micro-batches another
-    worker processed since (Spark hands a task to whichever Python worker is idle, so two workers alternate).
-
-    The replay log holds those batches' input records - a few hundred KB, where reading the state back is every
-    key's windows. Processing is deterministic, so replaying them through the processor as of ``cached.token``
-    gives the committed state; the result is checked against the committed task meta. Keys the processor has
-    not loaded are read from its source's buckets, which hold the state as of ``cached.token``; a bucket it
-    never read, a gap in the log or a meta mismatch returns None (the caller reloads from the state store).
-    Returns the log and the number of batches replayed."""
-    data = state.get_bucket(REPLAY_BUCKET)
-    log = [] if data is None else pickle.loads(data)
-    chain, at = [], cached.token
-    for entry in log:
-        if entry[0] == at:
-            chain.append(entry)
-            at = entry[1]
-    if at != token or not chain:
-        return None
-    proc, source = cached.proc, cached.source
-    n_buckets = source.n_buckets
-    # the source is not bound to this batch's state: a key is loaded from a bucket it holds, else _NotCached
-    try:
-        for _before, _after, offsets, keys, values, timestamps in chain:
-            runner.run(proc, topic, partition, offsets, keys, values, timestamps, replay=True)
-            for b, blobs in _changes_by_bucket(proc, n_buckets).items():
-                if b in source.buckets:  # a bucket not held is read from the state when needed
-                    _apply(source.buckets[b], blobs)
-    except _NotCached:
-        return None
-    except Exception:  # noqa: BLE001 - a full reload may still work: never fail the batch for a shortcut
-        logger.warning("replaying task %s-%d failed; reloading it", topic, partition, exc_info=True)
-        return None
-    mine, committed = pickle.loads(proc.export_meta()), pickle.loads(meta)
-    # ``expired`` counts windows dropped from memory, which depends on the keys each worker had loaded
-    mine.pop("expired", None)
-    expired = committed.pop("expired", 0)
-    if mine != committed:
-        logger.warning("replayed task %s-%d does not match its committed meta; reloading it", topic, partition)
-        return None
-    proc.store.expired = expired
-    return log, len(chain)
 
 
 #: worker-side cache: (task config, topic, partition) -> _Cached. Python workers are reused across micro-batches
@@ -516,12 +444,6 @@ def process_task_batch(
     else:
         meta, token, n_buckets = None, "", cfg.state_buckets
     hit = cached is not None and use_cache and task is not None and cached.token == token
-    replayed = 0
-    log: list = cached.log if hit else []  # type: ignore[union-attr]
-    if not hit and cached is not None and use_cache and task is not None:
-        caught_up = _catch_up(runner, state, cached, topic, partition, meta, token)  # type: ignore[arg-type]
-        if caught_up is not None:
-            (log, replayed), hit = caught_up, True
     if hit:
         proc, source = cached.proc, cached.source  # type: ignore[union-attr]
         source.bind(state)
@@ -547,7 +469,11 @@ def process_task_batch(
         written = deleted = 0
         for b, blobs in changed.items():
             data = source.bucket(b)  # a bucket no key was loaded from (new keys only) is read before rewriting
-            _apply(data, blobs)
+            for k, blob in blobs.items():
+                if blob is None:
+                    data.pop(k, None)
+                else:
+                    data[k] = blob
             if data:
                 state.put_bucket(b, pickle.dumps(data, protocol=5))
                 written += 1
@@ -556,22 +482,17 @@ def process_task_batch(
                 source.buckets.pop(b, None)
                 deleted += 1
         new_token = uuid.uuid4().hex
-        if use_cache:  # what another worker holding this task's processor as of ``token`` needs to catch up
-            log = [*log, (token, new_token, list(offsets), list(keys), list(values), list(timestamps))]
-            log = log[-REPLAY_DEPTH:]
-            state.put_bucket(REPLAY_BUCKET, pickle.dumps(log, protocol=5))
         state.set_task(proc.export_meta(), new_token, n_buckets)
     finally:
         source.release()
     if use_cache:
         if len(_CACHE) >= CACHE_MAX_TASKS:
             _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[cache_key] = _Cached(new_token, proc, source, log)
+        _CACHE[cache_key] = _Cached(new_token, proc, source)
     loaded, read_ns = source.loaded, source.read_ns + read_start
     s = out.stats
     s["windows_expired"] += proc.store.expired - expired_before
     s["state_cache_hit"] = int(hit)
-    s["state_cache_replayed"] = replayed
     s["state_windows"] = len(proc.store)
     s["state_buckets_loaded"] = loaded
     s["state_buckets_written"] = written

@@ -14,7 +14,7 @@ import pytest
 from connectors.output import ChangelogSpec
 from connectors.serde import InputSpec, aggregation_fields
 import service.processing as processing
-from service.processing import REPLAY_BUCKET, DictTaskState, TaskConfig, TaskRunner, TaskState, process_task_batch
+from service.processing import DictTaskState, TaskConfig, TaskRunner, TaskState, process_task_batch
 from tests.service.events import changelog_final, payment_events, replay
 
 AGGS = "count,sum:amount,max:amount"
@@ -194,9 +194,8 @@ def test_idle_keys_leave_the_state_store():
     rows, _ = run_in_batches(config("update", buckets=4), events, states=states)
     remaining = set()
     for st in states.values():
-        for b, data in st.buckets.items():
-            if b != REPLAY_BUCKET:
-                remaining |= set(pickle.loads(data))
+        for data in st.buckets.values():
+            remaining |= set(pickle.loads(data))
     assert remaining and remaining <= {f"acct-{k}" for k in range(6)}
     exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit="update")
     assert changelog_final((key, value) for _p, key, value, _h in rows["changelog"]) == exp.final
@@ -244,15 +243,14 @@ def test_checkpoint_balance_tasks_is_fixed_at_creation(tmp_path):
 @pytest.mark.parametrize(("emit", "buckets", "fail_every", "batch_path"),
                          [("update", 8, 0, True), ("every", 256, 0, False), ("close", 3, 0, False),
                           ("update", 256, 4, True), ("update", 16, 0, False)])
-def test_workers_taking_turns_catch_up_by_replaying_the_log(emit, buckets, fail_every, batch_path):
-    """Two Python workers take a task's batches in random turns: a worker whose cached processor is a batch or two
-    behind replays the logged batches instead of reading the state back, with identical results."""
+def test_workers_taking_turns_give_the_same_results(emit, buckets, fail_every, batch_path):
+    """Two Python workers take a task's batches in random turns (as Spark hands a task to whichever worker is
+    idle): a worker whose cached processor is behind reads the state back, with identical results."""
     events = payment_events(3000, seed=17)
     exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit=emit)
     cfg = config(emit, buckets=buckets, batch=batch_path)
     rows, totals = run_in_batches(cfg, events, seed=5, fail_every=fail_every, workers=2)
-    assert totals["state_cache_replayed"] > 0
-    assert totals["state_cache_hit"] > totals["state_cache_replayed"]
+    assert 0 < totals["state_cache_hit"] < totals["batches"]
     assert totals["aggregated"] + totals["late"] + totals["dead_lettered"] == len(events)
     assert changelog_final((key, value) for _p, key, value, _h in rows["changelog"]) == exp.final
     assert {(p, int(h["offset"])) for p, _k, _v, h in rows["late"]} == exp.late
