@@ -480,7 +480,7 @@ class SlidingWindowProcessor:
         seq = self._seq
         act = kw.lz_act
         if act is not None:
-            a = bisect_left(starts, act)
+            a = j - 1 if j and starts[j - 1] == act else bisect_left(starts, act)  # usually one window leaves
             if a > j:  # windows before the run would join it (not expected in order): start a new run
                 kw.settle()
                 act = None
@@ -491,7 +491,8 @@ class SlidingWindowProcessor:
                     e[0] += kw.lz_g
                     e[1] = kw.lz_t
                     e[2] += kw.lz_c
-                    stamps[starts[a]] = kw.lz_seq + 1 + bisect_left(starts, end) - a
+                    ie = n - 2 if n > 1 and starts[n - 2] == end else bisect_left(starts, end)  # usually n - 2
+                    stamps[starts[a]] = kw.lz_seq + 1 + ie - a
                 else:
                     kw.settle_range(a, j)
             if not updated:
@@ -537,6 +538,7 @@ class SlidingWindowProcessor:
         # createWindows (R12): the previous record's right window, the left window; no right window (t is
         # the key's newest timestamp); nothing is closed (t >= close)
         created = 0
+        at = j  # where the left window goes: between the older windows and the run
         if prev >= 0:
             p1 = prev + 1
             if p1 + td >= t and p1 not in entries:
@@ -555,6 +557,7 @@ class SlidingWindowProcessor:
                     if p1 != left:
                         kw.settle()
                     store.insert(key, kw, p1, [inc, t, 1])
+                    at = bisect_left(starts, left)
                 stamps[p1] = seq
                 if p1 > store.store_time:
                     store.store_time = p1
@@ -570,7 +573,7 @@ class SlidingWindowProcessor:
             else:  # store.insert inline (update mode reads everything): before the run, or the newest window
                 entries[left] = e
                 if starts and left < starts[-1]:
-                    starts.insert(bisect_left(starts, left), left)
+                    starts.insert(at, left)
                 else:
                     starts.append(left)
                     store.key_max_start[key] = left
