@@ -14,7 +14,8 @@ import pytest
 from connectors.output import ChangelogSpec
 from connectors.serde import InputSpec, aggregation_fields
 import service.processing as processing
-from service.processing import DictTaskState, TaskConfig, TaskRunner, TaskState, process_task_batch
+from service.processing import (DictTaskState, TaskConfig, TaskRunner, TaskState, decode_bucket, encode_bucket,
+                                process_task_batch)
 from tests.service.events import changelog_final, payment_events, replay
 
 AGGS = "count,sum:amount,max:amount"
@@ -195,7 +196,7 @@ def test_idle_keys_leave_the_state_store():
     remaining = set()
     for st in states.values():
         for data in st.buckets.values():
-            remaining |= set(pickle.loads(data))
+            remaining |= set(decode_bucket(data))
     assert remaining and remaining <= {f"acct-{k}" for k in range(6)}
     exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit="update")
     assert changelog_final((key, value) for _p, key, value, _h in rows["changelog"]) == exp.final
@@ -261,3 +262,32 @@ def test_workers_taking_turns_give_the_same_results(emit, buckets, fail_every, b
     one, _ = run_in_batches(cfg, events, seed=5, fail_every=fail_every)
     strip = lambda rs: [(p, k, json.loads(v) | {"emit_time": 0}) for p, k, v, _ in rs]  # noqa: E731
     assert strip(rows["changelog"]) == strip(one["changelog"])
+
+
+def test_buckets_are_compressed_and_old_uncompressed_buckets_still_read():
+    data = {f"acct-{i}": bytes(range(256)) * 4 for i in range(50)}
+    blob = encode_bucket(data)
+    assert len(blob) < len(pickle.dumps(data, protocol=5)) / 5
+    assert decode_bucket(blob) == data
+    assert decode_bucket(pickle.dumps(data, protocol=5)) == data  # written before compression
+    assert decode_bucket(None) == {}
+
+
+def test_a_task_written_uncompressed_goes_on_with_compressed_buckets():
+    """State from before bucket compression (bare pickles) is read, and rewritten compressed."""
+    events = payment_events(2000, keys=40, partitions=1, seed=41, bad_fraction=0, late_fraction=0)
+    exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit="update")
+    cfg = config("update", buckets=8, cache=False)
+    runner = TaskRunner(cfg)
+    state = DictTaskState()
+    rows = []
+    half = len(events) // 2
+    for lo, hi in ((0, half), (half, len(events))):
+        chunk = events[lo:hi]
+        out = process_task_batch(runner, state, "in", 0, list(range(lo, hi)), [e.key for e in chunk],
+                                 [e.value for e in chunk], [e.timestamp for e in chunk], emit_time_ms=5)
+        rows += [(k, v) for kind, k, v in zip(out.kind, out.key, out.value) if kind == "changelog"]
+        if lo == 0:  # as an older version would have left it
+            state.buckets = {b: pickle.dumps(decode_bucket(d), protocol=5) for b, d in state.buckets.items()}
+    assert changelog_final(rows) == exp.final
+    assert all(d[:4] == b"SWZ1" for d in state.buckets.values())
