@@ -1,7 +1,7 @@
 """Prometheus metrics of the service: the ONE module that defines them all (names, help, labels, buckets).
 
-Counts and histograms are computed in Spark's Python workers (per task and micro-batch, ``s_*`` columns of the
-"stats" rows, see :data:`service.processing.STATS_FIELDS`) and reach the driver through the query's observed
+Counts and histograms are computed in Spark's Python workers (per task and micro-batch, the ``stats`` array of
+the "stats" rows, see :data:`service.processing.STATS_FIELDS`) and reach the driver through the query's observed
 metrics (``observe("slidingwindow", ...)``, :mod:`service.job`); :func:`record_progress` turns one query progress
 into metric updates. Consumer lag comes from the progress' end offsets against the broker's end offsets
 (:class:`LagPoller`, confluent-kafka). Labels are low-cardinality only (topic, partition, reason, kind) - never a

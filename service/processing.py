@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 OUTPUT_KINDS = ("changelog", "late", "dlq", "stats")
 
-#: per-task, per-batch counters carried to the driver in the "stats" row (names of the s_* output columns)
+#: per-task, per-batch counters carried to the driver in the "stats" row (the order of its ``stats`` array)
 STATS_FIELDS = (
     "records",  # input records seen
     "aggregated",  # accepted by the processor
