@@ -422,16 +422,6 @@ class _Cached:
         self.source = source
 
 
-def _changes_by_bucket(proc: SlidingWindowProcessor, n_buckets: int) -> dict[int, dict[str, bytes | None]]:
-    """Expire, then the blobs of the keys changed since the last write (None: key gone), by bucket."""
-    proc.expire()
-    changed: dict[int, dict[str, bytes | None]] = {}
-    for k, blob in proc.export_keys(proc.dirty_keys()).items():
-        changed.setdefault(bucket_of(k, n_buckets), {})[k] = blob
-    proc.clear_dirty_keys()
-    return changed
-
-
 #: worker-side cache: (task config, topic, partition) -> _Cached. Python workers are reused across micro-batches
 #: (spark.python.worker.reuse); an entry is used only if its token equals the token in the committed state, so a
 #: retried batch, a restart or another worker's write always falls back to the state store.
@@ -490,11 +480,14 @@ def process_task_batch(
         t0 = time.perf_counter_ns()
         read_before_write = source.read_ns
         expired_before = proc.store.expired
-        changed = _changes_by_bucket(proc, n_buckets)
+        proc.expire()
+        changed: dict[int, dict[str, bytes | None]] = {}
+        for k, blob in proc.export_keys(proc.dirty_keys()).items():
+            changed.setdefault(bucket_of(k, n_buckets), {})[k] = blob
         written = deleted = 0
-        for b, blobs in changed.items():
+        for b, entries in changed.items():
             data = source.bucket(b)  # a bucket no key was loaded from (new keys only) is read before rewriting
-            for k, blob in blobs.items():
+            for k, blob in entries.items():
                 if blob is None:
                     data.pop(k, None)
                 else:
@@ -506,6 +499,7 @@ def process_task_batch(
                 state.delete_bucket(b)
                 source.buckets.pop(b, None)
                 deleted += 1
+        proc.clear_dirty_keys()
         new_token = uuid.uuid4().hex
         state.set_task(proc.export_meta(), new_token, n_buckets)
     finally:
