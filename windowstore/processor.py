@@ -22,6 +22,7 @@ counted (R13), except the right-window copy.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import time
 from bisect import bisect_left, bisect_right
@@ -36,6 +37,30 @@ from .windows import SlidingWindows
 __all__ = ["SlidingWindowProcessor", "visibility_for"]
 
 _new_update = tuple.__new__
+
+
+class _gc_paused:
+    """Pause automatic cyclic garbage collection for a bulk build of short-lived, acyclic objects (a flush's
+    updates: one :class:`WindowUpdate` per window, ~100k for a 50k-record micro-batch).
+
+    Why: ``WindowUpdate`` is a tuple subclass, which CPython's collector never untracks, so while a flush
+    builds them every generation-1 collection promotes thousands of live updates and the flush ends in a
+    full collection (~20% of the record path's CPU in bench/windowstore_bench.py). Paused, the updates are
+    seen once, by the first young-generation collection after the flush, and usually freed by reference
+    counting before they reach an older generation. Nothing is leaked: the allocations still count towards
+    the next collection. Re-entrant and thread-tolerant: it only re-enables what it disabled itself.
+    """
+
+    __slots__ = ("_was",)
+
+    def __enter__(self) -> None:
+        self._was = gc.isenabled()
+        if self._was:
+            gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._was:
+            gc.enable()
 
 
 def visibility_for(emit: EmitMode) -> Visibility:
@@ -206,7 +231,15 @@ class SlidingWindowProcessor:
 
     def flush(self) -> list[WindowUpdate]:
         """Update mode: the last value of every window written since the previous flush, ordered by last
-        write (Kafka Streams' record cache flush, R21). Other modes: nothing."""
+        write (Kafka Streams' record cache flush, R21). Other modes: nothing.
+
+        The cyclic garbage collector is paused while the updates are built (see :func:`_gc_paused`)."""
+        if not self._update:
+            return []
+        with _gc_paused():
+            return self._flush()
+
+    def _flush(self) -> list[WindowUpdate]:
         td = self.td
         finish = self._finish
         if self._touched and not self._segments and not self._cache:  # only stamped writes: no dict needed

@@ -102,3 +102,37 @@ def test_cache_mixed_with_batch_path_and_snapshots():
             proc.process(k, v, t)
         got.append(proc.flush())
     assert got == expected
+
+
+def test_flush_pauses_the_collector_and_restores_its_state():
+    """flush() pauses automatic garbage collection while it builds the updates, and leaves the collector as
+    it found it: enabled stays enabled, disabled (by the caller) stays disabled, also when flush raises."""
+    import gc
+
+    proc = SlidingWindowProcessor(SlidingWindows(100, 50), Count(), "update")
+    seen: list[bool] = []
+    build = proc._stamped_updates
+
+    def spy(finish):
+        seen.append(gc.isenabled())
+        return build(finish)
+
+    proc._stamped_updates = spy  # type: ignore[method-assign]
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        proc.process("k", 1, 500)
+        assert len(proc.flush()) == 1 and seen == [False] and gc.isenabled()
+        gc.disable()
+        proc.process("k", 1, 510)
+        assert proc.flush() and seen == [False, False] and not gc.isenabled()
+        gc.enable()
+        proc.process("k", 1, 520)
+        proc._stamped_updates = lambda finish: 1 / 0  # type: ignore[method-assign]
+        try:
+            proc.flush()
+        except ZeroDivisionError:
+            pass
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
