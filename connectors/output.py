@@ -247,7 +247,7 @@ class ChangelogEncoder:
                     agg_cols.append(_tolist(col))
                 else:
                     specs.append("%s")
-                    agg_cols.append([v.encode("utf-8") for v in _json_values(_tolist(col))])
+                    agg_cols.append(_json_value_bytes(_tolist(col)))
             aggregates = ",".join(json.dumps(n).replace("%", "%%") + ":" + spec for n, spec in zip(self._names, specs))
             template = ('{"key":%s,"window_start":%d,"window_end":%d,"record_count":%d,"max_timestamp":%d,'
                         f'"emit_time":{int(emit_time)},"aggregates":{{{aggregates}}}}}')
@@ -293,17 +293,19 @@ def _json_key_bytes(keys: Sequence[str]) -> list[bytes]:
     return list(map(cache.__getitem__, keys))
 
 
-def _json_values(values: Sequence[Any]) -> list[str]:
-    """JSON text of each value: ints via str, everything else via json.dumps (NaN/Infinity as json does)."""
+def _json_value_bytes(values: Sequence[Any]) -> list[bytes]:
+    """JSON text of each value as UTF-8 bytes: ints via str, everything else via json.dumps (NaN/Infinity as
+    json does)."""
     out = []
     dumps = json.dumps
     for v in values:
         if type(v) is int:
-            out.append(str(v))
+            text = str(v)
         elif type(v) is float and v == v and v not in (_INF, -_INF):
-            out.append(repr(v))
+            text = repr(v)
         else:
-            out.append(dumps(v, separators=(",", ":"), ensure_ascii=False, default=_json_default))
+            text = dumps(v, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+        out.append(text.encode("utf-8"))
     return out
 
 
