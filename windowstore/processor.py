@@ -115,6 +115,7 @@ class SlidingWindowProcessor:
             windows.retention,
             visibility_for(self.emit),
             purge_margin_ms=3 * self.td + self.grace + 1,
+            purge_slack_ms=self.td,  # update mode: a key's purge drops ~td of windows at once
         )
         self.observed_stream_time = NO_TIMESTAMP
         self.last_emit_close_time = NO_TIMESTAMP
@@ -478,7 +479,7 @@ class SlidingWindowProcessor:
             kw = store.windows_of(key)
         else:  # windows_of inline: drop the windows no read can see any more
             starts = kw.starts
-            if starts and starts[0] < store.store_time - store._purge_lag:
+            if starts and starts[0] < store.store_time - store._trim_lag:
                 dropped = kw.trim_below(store.store_time - store._purge_lag)
                 store.expired += dropped
                 store._size -= dropped

@@ -173,6 +173,13 @@ class WindowStore:
 
     ``purge_margin_ms`` (``UNBOUNDED`` only): windows whose start is below ``store_time - purge_margin_ms`` are
     dropped; the processor sets it so that no accepted record could ever read them again.
+
+    ``purge_slack_ms`` (``UNBOUNDED`` only): a key's windows are purged on access only once its oldest window
+    is more than the slack below the purge bound, so one purge drops a run of windows instead of one per
+    access (no read can see them either way; :meth:`expire` purges exactly to the bound)::
+
+        starts:  |--- purged on access --|---- slack ----|----------- held, readable ------------->
+                 ^ oldest start          ^ bound - slack ^ purge bound = store_time - purge_margin_ms
     """
 
     def __init__(
@@ -181,6 +188,7 @@ class WindowStore:
         visibility: Visibility = Visibility.KEY_FIRST,
         purge_margin_ms: int | None = None,
         loader: Callable[[Hashable], KeyWindows | None] | None = None,
+        purge_slack_ms: int = 0,
     ) -> None:
         if retention_ms < 0:
             raise ValueError(f"retention_ms must not be negative, got {retention_ms}")
@@ -194,6 +202,14 @@ class WindowStore:
             Visibility.UNBOUNDED: None,
         }[visibility]
         self._purge_lag = purge_margin_ms if visibility is Visibility.UNBOUNDED else self._read_lag
+        if purge_slack_ms < 0:
+            raise ValueError(f"purge_slack_ms must not be negative, got {purge_slack_ms}")
+        #: purge on access when the oldest start < store_time - _trim_lag (the slack only where purging is
+        #: not what hides windows from reads)
+        self._trim_lag = (
+            None if self._purge_lag is None
+            else self._purge_lag + (purge_slack_ms if visibility is Visibility.UNBOUNDED else 0)
+        )
         self.store_time = NO_TIMESTAMP
         #: windows of the keys held in memory (all keys, unless a ``loader`` brings them in on first use)
         self.keys: dict[Hashable, KeyWindows] = {}
@@ -253,9 +269,9 @@ class WindowStore:
                 return kw
         starts = kw.starts
         # purge_bound() inline: with no store time yet, store_time - lag is below every start (>= 0)
-        lag = self._purge_lag
+        lag = self._trim_lag
         if starts and lag is not None and starts[0] < self.store_time - lag:
-            n = kw.trim_below(self.store_time - lag)
+            n = kw.trim_below(self.store_time - self._purge_lag)  # type: ignore[operator]
             self.expired += n
             self._size -= n
             self.dirty.add(key)
