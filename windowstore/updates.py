@@ -62,7 +62,7 @@ class DroppedRecord(NamedTuple):
     stream_time: int
 
 
-@dataclass
+@dataclass(slots=True)
 class ProcessorStats:
     """Counters of one processor (one task). ``dropped_records_total`` equals Kafka Streams' task sensor
     ``dropped-records-total``: null key/value and invalid timestamps, late records (R8), and one tick per
