@@ -37,6 +37,29 @@ def test_fetch_all_orders_by_start_then_key_bytes():
     assert [(w[1], w[0]) for w in s.fetch_all(0, 20)] == [(0, "a"), (10, "a"), (10, "b"), (20, "a")]
 
 
+
+def test_purge_slack_drops_runs_of_windows_on_access_and_exact_on_expire():
+    """UNBOUNDED (update mode): on access a key is purged only once its oldest window is more than the slack
+    below the purge bound (store_time - margin), then down to the bound; expire() purges exactly."""
+    s = WindowStore(100, Visibility.UNBOUNDED, purge_margin_ms=50, purge_slack_ms=20)
+    for start in range(0, 60, 10):
+        s.put("a", start, start, start, 1)  # store_time 50: bound 0, nothing to purge
+    s.put("b", 69, 0, 69, 1)  # bound 19: a's 0 and 10 are below it but within the slack (>= -1)
+    assert s.windows_of("a").starts == [0, 10, 20, 30, 40, 50] and s.expired == 0
+    s.put("b", 71, 0, 71, 1)  # bound 21: 0 < 21 - 20, so this access purges down to the bound
+    assert s.windows_of("a").starts == [30, 40, 50] and s.expired == 3
+    s.put("b", 95, 0, 95, 1)  # bound 45: 30 is within the slack, kept on access
+    assert s.windows_of("a").starts == [30, 40, 50]
+    assert s.expire() == 2  # exactly to the bound: a's 30 and 40
+    assert s.windows_of("a").starts == [50] and s.expired == 5
+
+
+def test_purge_slack_is_ignored_where_purging_hides_windows():
+    s = WindowStore(40, Visibility.KEY_FIRST, purge_slack_ms=1000)
+    for start in (0, 10, 20, 30, 60):
+        s.put("a", start, start, start, 1)
+    assert s.windows_of("a").starts == [30, 60]  # store_time 60 - (retention - 1): starts >= 21 only
+
 @pytest.mark.parametrize(
     ("visibility", "first_visible"),
     [(Visibility.KEY_FIRST, 31), (Visibility.TIME_FIRST, 30), (Visibility.UNBOUNDED, 0)],
