@@ -477,7 +477,7 @@ class SlidingWindowProcessor:
         kw = store.keys.get(key)
         if kw is None or kw.cols is not None or kw.raw_ts is not None:
             kw = store.windows_of(key)
-        else:  # windows_of inline: drop the windows no read can see any more
+        else:  # windows_of inline: purge (past the slack) the windows no read can see any more
             starts = kw.starts
             if starts and starts[0] < store.store_time - store._trim_lag:
                 dropped = kw.trim_below(store.store_time - store._purge_lag)

@@ -37,7 +37,6 @@ def test_fetch_all_orders_by_start_then_key_bytes():
     assert [(w[1], w[0]) for w in s.fetch_all(0, 20)] == [(0, "a"), (10, "a"), (10, "b"), (20, "a")]
 
 
-
 def test_purge_slack_drops_runs_of_windows_on_access_and_exact_on_expire():
     """UNBOUNDED (update mode): on access a key is purged only once its oldest window is more than the slack
     below the purge bound (store_time - margin), then down to the bound; expire() purges exactly."""
@@ -59,6 +58,7 @@ def test_purge_slack_is_ignored_where_purging_hides_windows():
     for start in (0, 10, 20, 30, 60):
         s.put("a", start, start, start, 1)
     assert s.windows_of("a").starts == [30, 60]  # store_time 60 - (retention - 1): starts >= 21 only
+
 
 @pytest.mark.parametrize(
     ("visibility", "first_visible"),
