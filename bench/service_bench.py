@@ -161,36 +161,24 @@ def drain(query, total, timeout):
         time.sleep(1)
     progs = [p for p in query.recentProgress if p.numInputRows]
     query.stop()
-    rows = [p.numInputRows for p in progs]
-    durs = [p.durationMs.get("triggerExecution", 0) / 1000 for p in progs]
-    steady_rows, steady_s = sum(rows[1:]), sum(durs[1:])
-    return {
-        "batches": len(progs),
-        "rows": sum(rows),
-        "first_batch_s": durs[0] if durs else None,
-        "steady_rows_per_s": steady_rows / steady_s if steady_s else None,
-        "overall_rows_per_s": sum(rows) / sum(durs) if durs else None,
-        "batch_s_p50": statistics.median(durs[1:]) if len(durs) > 1 else None,
-        "batch_s_max": max(durs[1:]) if len(durs) > 1 else None,
-        "progress": progs,
-    }
+    return {**summarize([progs]), "progress": progs}
 
 
-def combine(runs: list[dict]) -> dict:
-    """Throughput passes of one query as one figure: rows over seconds of all passes together (steady: each
-    pass without its first micro-batch), medians over all their batches, first batch of the first pass."""
-    progs = [r["progress"] for r in runs]
-    steady = [p for ps in progs for p in ps[1:]]
-    rows = sum(r["rows"] for r in runs)
-    durs = [p.durationMs.get("triggerExecution", 0) / 1000 for ps in progs for p in ps]
-    steady_durs = [p.durationMs.get("triggerExecution", 0) / 1000 for p in steady]
-    steady_s = sum(steady_durs)
+def summarize(passes: list[list]) -> dict:
+    """Throughput figures of one or more passes of a query (each a list of micro-batch progress reports):
+    rows over seconds of all passes together (steady: each pass without its first micro-batch), median and
+    max over their steady batches, the first batch of the first pass."""
+    durs = [[p.durationMs.get("triggerExecution", 0) / 1000 for p in ps] for ps in passes]
+    rows = sum(p.numInputRows for ps in passes for p in ps)
+    steady_rows = sum(p.numInputRows for ps in passes for p in ps[1:])
+    steady_durs = [d for ds in durs for d in ds[1:]]
+    all_s, steady_s = sum(map(sum, durs)), sum(steady_durs)
     return {
-        "batches": sum(r["batches"] for r in runs),
+        "batches": sum(map(len, passes)),
         "rows": rows,
-        "first_batch_s": runs[0]["first_batch_s"],
-        "steady_rows_per_s": sum(p.numInputRows for p in steady) / steady_s if steady_s else None,
-        "overall_rows_per_s": rows / sum(durs) if durs else None,
+        "first_batch_s": durs[0][0] if durs and durs[0] else None,
+        "steady_rows_per_s": steady_rows / steady_s if steady_s else None,
+        "overall_rows_per_s": rows / all_s if all_s else None,
         "batch_s_p50": statistics.median(steady_durs) if steady_durs else None,
         "batch_s_max": max(steady_durs) if steady_durs else None,
     }
@@ -345,7 +333,7 @@ def main() -> int:
     passes: dict[str, list[dict]] = {name: [] for name in order}
     for n, name in enumerate(order + order[::-1] if args.passes == 2 else order):
         passes[name].append(throughput(name, 1 + n // len(order)))
-    results = {name: combine(runs) for name, runs in passes.items()}
+    results = {name: summarize([r["progress"] for r in runs]) for name, runs in passes.items()}
 
     lat = {}
     if args.latency_rate == "half":
