@@ -115,6 +115,8 @@ def builtin_query(spark, bootstrap, topic, out_topic, ckpt, td_ms, hop_ms, grace
     """The built-in hopping-window query; ``with_sent`` also aggregates ``max(sent)`` (the latency runs)."""
     from pyspark.sql import functions as F
 
+    spark.conf.set("spark.sql.shuffle.partitions", spark.sparkContext.getConf().get("spark.sql.shuffle.partitions"))
+
     from service.job import SOURCE_DEFAULTS
 
     # the Kafka source options the service uses (same consumer behaviour for both queries)
@@ -147,6 +149,8 @@ def service_query(spark, settings):
     from service.job import start_query
     from service.runner import prepare
 
+    # the session's shuffle partitions are the built-in's; the service's state partitions are its own setting
+    spark.conf.set("spark.sql.shuffle.partitions", str(settings.state_partitions))
     return start_query(spark, settings, prepare(settings))
 
 
@@ -258,7 +262,9 @@ def main() -> int:
     ap.add_argument("--grace", type=int, default=10_000)
     ap.add_argument("--ooo", type=float, default=0.05)
     ap.add_argument("--batch", type=int, default=50_000, help="maxOffsetsPerTrigger for the throughput runs")
-    ap.add_argument("--state-partitions", type=int, default=2)
+    ap.add_argument("--state-partitions", type=int, default=2, help="shuffle partitions of the built-in query, "
+                    "and the service's state partitions unless --service-state-partitions is given")
+    ap.add_argument("--service-state-partitions", type=int, default=0, help="the service's state_partitions")
     ap.add_argument("--state-buckets", type=int, default=0, help="the service's state_buckets (0: its default)")
     ap.add_argument("--latency-rate", default="0",
                     help="events/s of the latency runs; 'half': half the slowest service's steady rate of the "
@@ -308,6 +314,8 @@ def main() -> int:
                     max_offsets_per_trigger=args.batch)
         if args.state_buckets:
             base["state_buckets"] = args.state_buckets
+        if args.service_state_partitions:
+            base["state_partitions"] = args.service_state_partitions
         base.update(kw)
         return Settings(**base)
 

@@ -5,7 +5,8 @@ Plan (one streaming query)::
     kafka source (topic, partition, offset, key, value, timestamp)
       -> groupBy(topic, partition[, slot]).transformWithStateInPandas(WindowTaskProcessor)   one task = one input partition
            state: ValueState "task" (task meta: stream time, emit progress, expiry index; cache token; buckets)
-                  MapState  "buckets" (bucket -> {aggregation key: that key's windows as one blob})
+                  MapState  "buckets" (bucket -> {aggregation key: that key's windows as one blob}, written
+                            every state_snapshot_every-th batch; -1, -2, ...: the batches since, as log entries)
            output rows: kind (changelog | late | dlq | stats), topic, key, value, headers, stats (counters)
       -> observe("slidingwindow", sums of the counters)           counts reach the driver's query progress
       -> where kind != 'stats' -> kafka sink (topic column routes each row)          sink=spark
@@ -18,8 +19,9 @@ bench/service_bench.py with ``--sinks spark,direct`` gave it 1.36x the steady th
 same run (direct/spark 0.63-1.55 over five runs, median 1.18; bench/RESULTS.md).
 
 Per micro-batch and task the processor reads the task meta once, loads a key's windows from the MapState the
-first time that key is touched (lazy loader), and writes back only the keys whose windows changed plus the meta:
-one MapState read and at most one write per touched key (see DESIGN.md: state calls are JVM round trips).
+first time that key is touched (lazy loader), and writes either a snapshot - the buckets of the keys whose
+windows changed, plus the meta - or, between snapshots, one log entry with the batch's decoded records (see
+:class:`~service.processing.TaskState`; DESIGN.md: state calls are JVM round trips).
 Records are sorted by offset inside the task, so a replayed micro-batch (after a crash) reproduces exactly the same
 state and output; both sinks are at-least-once, so a replay may repeat identical updates.
 """
@@ -83,6 +85,7 @@ def task_config(settings: Any, key_schema_id: int | None = None, value_schema_id
         dead_letter_topic=settings.dead_letter_topic,
         state_buckets=settings.state_buckets,
         state_cache=settings.state_cache,
+        state_snapshot_every=settings.state_snapshot_every,
         sink=settings.sink,
         producer=tuple(sorted(producer_config(settings.bootstrap_servers, settings.kafka_options).items()))
         if settings.sink == "direct" else (),

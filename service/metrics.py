@@ -135,6 +135,10 @@ state_buckets_written = Counter(P + "state_buckets_written_total", "Key buckets 
                                 registry=REGISTRY)
 state_cache_hits = Counter(P + "state_cache_hits_total", "Task batches served from the worker's cached processor",
                            registry=REGISTRY)
+state_log_replayed = Counter(P + "state_log_replayed_total", "Task log entries replayed to bring a processor to the "
+                             "committed state (a worker behind its task, or a restore)", registry=REGISTRY)
+state_snapshots = Counter(P + "state_snapshots_total", "Task batches that wrote a snapshot (key buckets) "
+                          "instead of a log entry", registry=REGISTRY)
 task_batches = Counter(P + "task_batches_total", "Task micro-batches processed (one per input partition with "
                        "data per micro-batch)", registry=REGISTRY)
 worker_seconds = Counter(P + "worker_seconds_total", "Time in the Python tasks, by phase "
@@ -148,7 +152,7 @@ METRICS: dict[str, Any] = {m._name: m for m in (
     windows_created, windows_updated, windows_expired, windows_skipped, record_lateness, e2e_latency,
     batch_duration, batches, last_progress, stream_time, partition_stream_time, input_rate, processed_rate,
     consumer_lag, offsets_behind, state_windows, state_rows, state_bytes, state_buckets_written, state_cache_hits,
-    task_batches, worker_seconds,
+    state_log_replayed, state_snapshots, task_batches, worker_seconds,
     lag_poll_errors)}
 
 # label values known up front (so every series exists from the first scrape, at 0)
@@ -227,6 +231,8 @@ def record_progress(observed: Mapping[str, Any], progress: Mapping[str, Any], la
     windows_skipped.inc(o.get("skipped_windows", 0))
     state_buckets_written.inc(o.get("state_buckets_written", 0))
     state_cache_hits.inc(o.get("state_cache_hit", 0))
+    state_log_replayed.inc(o.get("state_log_replayed", 0))
+    state_snapshots.inc(o.get("state_snapshot", 0))
     task_batches.inc(o.get("task_batches", 0))
     worker_seconds.labels("process").inc(o.get("process_ns", 0) / 1e9)
     worker_seconds.labels("state_read").inc(o.get("state_read_ns", 0) / 1e9)

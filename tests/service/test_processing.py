@@ -22,10 +22,10 @@ AGGS = "count,sum:amount,max:amount"
 
 
 def config(emit: str, td: int = 1000, grace: int = 300, batch: bool = True, buckets: int = 256, cache: bool = True,
-           **spec_kw) -> TaskConfig:
+           snapshot_every: int = TaskConfig.state_snapshot_every, **spec_kw) -> TaskConfig:
     return TaskConfig(td, grace, AGGS, emit, InputSpec(fields=aggregation_fields(AGGS), **spec_kw),
                       ChangelogSpec("json", "json", AGGS), "out", "late", "dlq", batch=batch, state_buckets=buckets,
-                      state_cache=cache)
+                      state_cache=cache, state_snapshot_every=snapshot_every)
 
 
 class BatchView(TaskState):
@@ -134,14 +134,15 @@ def every_sequence(rows) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("emit", "buckets", "cache", "fail_every"),
-    [("update", 256, True, 0), ("every", 256, True, 0), ("close", 256, True, 0), ("update", 3, False, 0),
-     ("update", 1, True, 3), ("every", 7, True, 2), ("close", 2, False, 4)],
+    ("emit", "buckets", "cache", "fail_every", "snapshot_every"),
+    [("update", 256, True, 0, 8), ("every", 256, True, 0, 8), ("close", 256, True, 0, 8), ("update", 3, False, 0, 3),
+     ("update", 1, True, 3, 8), ("every", 7, True, 2, 1), ("close", 2, False, 4, 5), ("update", 16, True, 2, 3)],
 )
-def test_task_batches_equal_windowstore_replay(emit, buckets, cache, fail_every):
+def test_task_batches_equal_windowstore_replay(emit, buckets, cache, fail_every, snapshot_every):
     events = payment_events(3000, seed=11)
     exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit=emit)
-    rows, totals = run_in_batches(config(emit, buckets=buckets, cache=cache), events, fail_every=fail_every)
+    cfg = config(emit, buckets=buckets, cache=cache, snapshot_every=snapshot_every)
+    rows, totals = run_in_batches(cfg, events, fail_every=fail_every)
 
     # counts add up: every record aggregated, late or dead-lettered
     assert totals["records"] == len(events)
@@ -192,11 +193,12 @@ def test_idle_keys_leave_the_state_store():
                           base_ts=early[-1].timestamp + 10_000)
     events = early + [e for e in late if e.partition < 3]
     states = {}
-    rows, _ = run_in_batches(config("update", buckets=4), events, states=states)
+    rows, _ = run_in_batches(config("update", buckets=4, snapshot_every=1), events, states=states)
     remaining = set()
     for st in states.values():
-        for data in st.buckets.values():
-            remaining |= set(decode_bucket(data))
+        for b, data in st.buckets.items():
+            if b >= 0:  # key buckets (the log entries are < 0)
+                remaining |= set(decode_bucket(data))
     assert remaining and remaining <= {f"acct-{k}" for k in range(6)}
     exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit="update")
     assert changelog_final((key, value) for _p, key, value, _h in rows["changelog"]) == exp.final
@@ -218,7 +220,7 @@ def test_cached_processor_loads_new_keys_through_the_current_batch():
 def test_state_calls_are_bounded_by_buckets():
     events = payment_events(2000, keys=60, partitions=1, seed=9, bad_fraction=0)
     states = {}
-    _, totals = run_in_batches(config("update", buckets=8, cache=False), events, states=states)
+    _, totals = run_in_batches(config("update", buckets=8, cache=False, snapshot_every=1), events, states=states)
     st = states[0]
     # per batch: 1 task read + 1 task write + at most 8 bucket reads and 8 bucket writes
     assert st.calls <= totals["batches"] * (2 + 16)
@@ -277,7 +279,7 @@ def test_a_task_written_uncompressed_goes_on_with_compressed_buckets():
     """State from before bucket compression (bare pickles) is read, and rewritten compressed."""
     events = payment_events(2000, keys=40, partitions=1, seed=41, bad_fraction=0, late_fraction=0)
     exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit="update")
-    cfg = config("update", buckets=8, cache=False)
+    cfg = config("update", buckets=8, cache=False, snapshot_every=1)
     runner = TaskRunner(cfg)
     state = DictTaskState()
     rows = []
@@ -291,3 +293,44 @@ def test_a_task_written_uncompressed_goes_on_with_compressed_buckets():
             state.buckets = {b: pickle.dumps(decode_bucket(d), protocol=5) for b, d in state.buckets.items()}
     assert changelog_final(rows) == exp.final
     assert all(d[:4] == b"SWZ1" for d in state.buckets.values())
+
+
+def test_batches_between_snapshots_write_one_log_entry_and_stale_workers_replay_only_what_they_missed():
+    """Every 4th batch (from the first) writes the key buckets (a snapshot) and deletes the log; the others write one log entry
+    (their decoded records) and leave the buckets alone. A worker that is behind replays the entries it has not
+    seen; a worker whose processor the log does not continue (another snapshot came between) restores."""
+    events = payment_events(1200, keys=30, partitions=1, seed=51, bad_fraction=0.02, late_fraction=0.02)
+    exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit="update")
+    cfg = config("update", buckets=8, snapshot_every=4)
+    runner = TaskRunner(cfg)
+    state = DictTaskState()
+    caches = [{}, {}]
+    turns = [0, 0, 1, 0, 1, 1, 1, 0, 1, 0, 0, 0]  # worker per batch
+    rows, stats = [], []
+    saved = processing._CACHE
+    try:
+        for n, lo in enumerate(range(0, len(events), 100)):
+            processing._CACHE = caches[turns[n]]
+            chunk = events[lo:lo + 100]
+            buckets_before = {b: d for b, d in state.buckets.items() if b >= 0}
+            out = batch(runner, state, "in", 0, list(range(lo, lo + len(chunk))), [e.key for e in chunk],
+                        [e.value for e in chunk], [e.timestamp for e in chunk], emit_time_ms=5)
+            rows += [(k, v) for kind, k, v in zip(out.kind, out.key, out.value) if kind == "changelog"]
+            stats.append(out.stats)
+            log = {b for b in state.buckets if b < 0}
+            if n % 4 == 0:  # a snapshot (the task's first batch is one): buckets written, no log left
+                assert out.stats["state_snapshot"] == 1 and out.stats["state_buckets_written"] > 0 and not log
+            else:
+                assert out.stats["state_snapshot"] == 0 and out.stats["state_buckets_written"] == 0
+                assert {b: d for b, d in state.buckets.items() if b >= 0} == buckets_before
+                assert log == {processing.log_slot(i) for i in range(n % 4)}
+    finally:
+        processing._CACHE = saved
+    assert changelog_final(rows) == exp.final
+    replayed = [s["state_log_replayed"] for s in stats]
+    hits = [s["state_cache_hit"] for s in stats]
+    # batch 2: worker 1 never ran (snapshot of batch 0 + 1 entry); 3 and 4: one batch behind (1 entry each);
+    # 7: worker 0 is at batch 3, before the snapshot of batch 4 (restore + 2 entries); 9: at batch 7, before
+    # the snapshot of batch 8 (restore, no entries yet)
+    assert hits == [0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1]
+    assert replayed == [0, 0, 1, 1, 1, 0, 0, 2, 1, 0, 0, 0]
