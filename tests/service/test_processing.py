@@ -276,29 +276,35 @@ def test_buckets_are_compressed_and_old_uncompressed_buckets_still_read():
 
 
 def test_a_task_written_uncompressed_goes_on_with_compressed_buckets():
-    """State from before bucket compression (bare pickles) is read, and rewritten compressed."""
+    """State from before bucket compression (bare pickles) and before the log (a bare token) is read, and goes on
+    compressed, with a log."""
     events = payment_events(2000, keys=40, partitions=1, seed=41, bad_fraction=0, late_fraction=0)
     exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit="update")
     cfg = config("update", buckets=8, cache=False, snapshot_every=1)
     runner = TaskRunner(cfg)
     state = DictTaskState()
     rows = []
-    half = len(events) // 2
-    for lo, hi in ((0, half), (half, len(events))):
+    third = len(events) // 3
+    for lo, hi in ((0, third), (third, 2 * third), (2 * third, len(events))):
         chunk = events[lo:hi]
         out = process_task_batch(runner, state, "in", 0, list(range(lo, hi)), [e.key for e in chunk],
                                  [e.value for e in chunk], [e.timestamp for e in chunk], emit_time_ms=5)
         rows += [(k, v) for kind, k, v in zip(out.kind, out.key, out.value) if kind == "changelog"]
         if lo == 0:  # as an older version would have left it
             state.buckets = {b: pickle.dumps(decode_bucket(d), protocol=5) for b, d in state.buckets.items()}
+            state.task = (state.task[0], "0123456789abcdef0123456789abcdef", state.task[2])
+            runner = TaskRunner(config("update", buckets=8, cache=False, snapshot_every=2))
+        elif lo == third:  # a log entry; the old buckets stay as they are
+            assert out.stats["state_snapshot"] == 0 and processing.log_slot(0) in state.buckets
     assert changelog_final(rows) == exp.final
-    assert all(d[:4] == b"SWZ1" for d in state.buckets.values())
+    assert out.stats["state_snapshot"] == 1  # the third batch: a snapshot, all compressed, no log left
+    assert all(b >= 0 and d[:4] == b"SWZ1" for b, d in state.buckets.items())
 
 
 def test_batches_between_snapshots_write_one_log_entry_and_stale_workers_replay_only_what_they_missed():
-    """Every 4th batch (from the first) writes the key buckets (a snapshot) and deletes the log; the others write one log entry
-    (their decoded records) and leave the buckets alone. A worker that is behind replays the entries it has not
-    seen; a worker whose processor the log does not continue (another snapshot came between) restores."""
+    """Every 4th batch (from the first) writes the key buckets (a snapshot) and deletes the log; the others write
+    one log entry (their decoded records) and leave the buckets alone. A worker that is behind replays the entries
+    it has not seen; a worker whose processor the log does not continue (a snapshot came between) restores."""
     events = payment_events(1200, keys=30, partitions=1, seed=51, bad_fraction=0.02, late_fraction=0.02)
     exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit="update")
     cfg = config("update", buckets=8, snapshot_every=4)
@@ -329,7 +335,7 @@ def test_batches_between_snapshots_write_one_log_entry_and_stale_workers_replay_
     assert changelog_final(rows) == exp.final
     replayed = [s["state_log_replayed"] for s in stats]
     hits = [s["state_cache_hit"] for s in stats]
-    # batch 2: worker 1 never ran (snapshot of batch 0 + 1 entry); 3 and 4: one batch behind (1 entry each);
+    # batch 2: worker 1 never ran (snapshot of batch 0 + 1 entry); 3, 4 and 8: one batch behind (1 entry each);
     # 7: worker 0 is at batch 3, before the snapshot of batch 4 (restore + 2 entries); 9: at batch 7, before
     # the snapshot of batch 8 (restore, no entries yet)
     assert hits == [0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1]
