@@ -6,7 +6,8 @@ Plan (one streaming query)::
       -> groupBy(topic, partition[, slot]).transformWithStateInPandas(WindowTaskProcessor)   one task = one input partition
            state: ValueState "task" (task meta: stream time, emit progress, expiry index; cache token; buckets)
                   MapState  "buckets" (bucket -> {aggregation key: that key's windows as one blob}, written
-                            every state_snapshot_every-th batch; -1, -2, ...: the batches since, as log entries)
+                            every state_snapshot_every-th batch; negative: the batches since and the
+                            generation before, as log entries - service.processing.TaskState)
            output rows: kind (changelog | late | dlq | stats), topic, key, value, headers, stats (counters)
       -> observe("slidingwindow", sums of the counters)           counts reach the driver's query progress
       -> where kind != 'stats' -> kafka sink (topic column routes each row)          sink=spark

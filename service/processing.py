@@ -20,7 +20,7 @@ import uuid
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -309,15 +309,18 @@ class TaskState:
     * **buckets**: the aggregation keys' window blobs (``export_keys``), grouped into ``buckets`` buckets by a
       stable hash of the key, one state entry per bucket. A state call is a JVM round trip (DESIGN.md), so a
       micro-batch that touches many keys costs ``buckets`` calls at most instead of one per key.
-    * **log entries** (bucket numbers -1, -2, ...: :func:`log_slot`): the buckets and the meta are a *snapshot*,
+    * **log entries** (negative bucket numbers: :func:`log_slot`): the buckets and the meta are a *snapshot*,
       written every ``state_snapshot_every``-th batch; each batch in between writes only its decoded input
       records as the next log entry (kilobytes, where a snapshot rewrites every window of every key touched -
       megabytes per task at 10,000 keys). The committed state is the snapshot followed by its log, replayed
-      through the processor (:meth:`TaskRunner.replay`); a snapshot deletes the log.
+      through the processor (:meth:`TaskRunner.replay`). A snapshot batch also logs its records, as the last
+      entry of the generation it closes, and deletes the generation before that one: a worker whose processor
+      is from before the latest snapshot can still catch up from the log.
 
-    The token is ``snapshot/entries/write``: the snapshot's id, how many log entries follow it, and an id of
-    the last write; each log entry holds the token it was applied to, so a worker's cached processor that is
-    some batches behind (another worker ran them) catches up by replaying only the entries it has not seen.
+    The token (:class:`_Token`) names the snapshot, how many log entries follow it, the last write, and the
+    previous generation (its snapshot and entries); each log entry holds the token it was applied to, so a
+    worker's cached processor that is some batches behind (another worker ran them) catches up by replaying only
+    the entries it has not seen.
     """
 
     def get_task(self) -> tuple[bytes, str, int] | None:
@@ -403,9 +406,14 @@ def decode_bucket(data: bytes | None) -> dict[str, bytes]:
     return pickle.loads(_decompress(data) if data[:4] == _ZSTD_BUCKET else data)
 
 
-def log_slot(i: int) -> int:
-    """The bucket number of a task's ``i``-th log entry since its snapshot (key buckets are ``>= 0``)."""
-    return -1 - i
+#: log slots of the two generations kept: ``-1 - i`` and ``-1 - _GENERATION - i``
+_GENERATION = 1 << 20
+
+
+def log_slot(i: int, parity: int = 0) -> int:
+    """The bucket number of the ``i``-th log entry of a generation (``parity``: 0 or 1, alternating with each
+    snapshot); key buckets are ``>= 0``."""
+    return -1 - i - parity * _GENERATION
 
 
 def encode_log(prev_token: str, records: Sequence[tuple[int, Any, Any, int]]) -> bytes:
@@ -418,15 +426,53 @@ def decode_log(data: bytes) -> tuple[str, list[tuple[int, Any, Any, int]]]:
     return prev, records
 
 
-def _parse_token(token: str) -> tuple[str, int]:
-    """``(snapshot id, log entries)`` of a task token (a bare id, written before the log existed: no entries)."""
-    snap, sep, rest = token.partition("/")
-    return (snap, int(rest.partition("/")[0])) if sep else (token, 0)
+class _Token(NamedTuple):
+    """A task's state token: ``snapshot/entries/write/parity/previous/previous_entries``.
 
+    ``snapshot``: id of the latest snapshot; ``entries``: log entries after it (slots of ``parity``); ``write``:
+    id of the last write; ``previous``, ``previous_entries``: the generation before (its snapshot and its log,
+    whose last entry is the batch that wrote ``snapshot``; slots of ``1 - parity``)."""
 
-def _new_token(snapshot: str | None, entries: int) -> str:
-    write = uuid.uuid4().hex
-    return f"{snapshot or write}/{entries}/{write}"
+    snapshot: str
+    entries: int = 0
+    write: str = ""
+    parity: int = 0
+    previous: str = ""
+    previous_entries: int = 0
+
+    @classmethod
+    def parse(cls, token: str) -> "_Token":
+        """A bare id (written before the log existed) is a snapshot with no log."""
+        f = token.split("/")
+        if len(f) == 1:
+            return cls(token, 0, token)
+        return cls(f[0], int(f[1]), f[2], *((int(f[3]), f[4], int(f[5])) if len(f) == 6 else ()))
+
+    def __str__(self) -> str:
+        return "/".join(map(str, self))
+
+    def logged(self) -> "_Token":
+        """The token after one more log entry."""
+        return self._replace(entries=self.entries + 1, write=uuid.uuid4().hex)
+
+    def snapshotted(self) -> "_Token":
+        """The token of a new snapshot after this state (plus the snapshot batch's own entry)."""
+        new = uuid.uuid4().hex
+        return _Token(new, 0, new, 1 - self.parity, self.snapshot, self.entries + 1)
+
+    def catch_up(self, cached: "_Token") -> list[tuple[int, int]] | None:
+        """The log entries ``(parity, i)`` that take a processor at ``cached`` to this state, ``None`` when the
+        log does not reach back to it (the caller then checks that the first entry applies to ``cached``).
+
+        Across a snapshot the processor's bucket source still holds the buckets of the snapshot before; that is
+        safe because its dirty keys are only cleared by a snapshot it writes itself: every key changed since
+        those buckets was replayed, so it is dirty, and its next snapshot rewrites it from memory."""
+        if cached.snapshot == self.snapshot and cached.entries < self.entries:
+            return [(self.parity, i) for i in range(cached.entries, self.entries)]
+        if self.previous and cached.snapshot == self.previous and cached.entries < self.previous_entries:
+            return [(1 - self.parity, i) for i in range(cached.entries, self.previous_entries)] + \
+                [(self.parity, i) for i in range(self.entries)]
+        return None
 
 
 class _BucketSource:
@@ -517,32 +563,33 @@ def process_task_batch(
         meta, token, n_buckets = task
     else:
         meta, token, n_buckets = None, "", cfg.state_buckets
-    snapshot, entries = _parse_token(token)
+    cur = _Token.parse(token)
     hit = cached is not None and use_cache and task is not None and cached.token == token
     proc: SlidingWindowProcessor | None = None
-    log: dict[int, tuple[str, list[Any]]] = {}
-    replay_from = 0
+    plan: list[tuple[int, int]] | None = [] if hit else None  # log entries (parity, i) to replay
+    first: tuple[str, list[Any]] | None = None
     if hit:
         proc, source = cached.proc, cached.source  # type: ignore[union-attr]
         source.bind(state)
-        replay_from = entries
     elif cached is not None and use_cache and task is not None:
-        # behind? its token is what the log entry after its last batch was applied to
-        c_snapshot, c_entries = _parse_token(cached.token)
-        if c_snapshot == snapshot and c_entries < entries:
-            log[c_entries] = _read_log(state, c_entries)
-            if log[c_entries][0] == cached.token:
+        # behind? the first entry it needs must have been applied to its token
+        plan = cur.catch_up(_Token.parse(cached.token))
+        if plan:
+            first = _read_log(state, *plan[0])
+            if first[0] == cached.token:
                 proc, source = cached.proc, cached.source
                 source.bind(state)
-                replay_from = c_entries
+            else:
+                plan, first = None, None
     if proc is None:
         source = _BucketSource(n_buckets)
         source.bind(state)
         proc = SlidingWindowProcessor.from_state(
             cfg.windows, parse_aggregations(cfg.aggregations), cfg.emit, meta, source, **cfg.processor_options(),
         )
-    for i in range(replay_from, entries):
-        runner.replay(proc, (log.get(i) or _read_log(state, i))[1])
+        plan = [(cur.parity, i) for i in range(cur.entries)]
+    for n, (parity, i) in enumerate(plan):  # type: ignore[arg-type]
+        runner.replay(proc, (first if n == 0 and first is not None else _read_log(state, parity, i))[1])
     read_start = time.perf_counter_ns() - t_start
     try:
         out = runner.run(proc, topic, partition, offsets, keys, values, timestamps, emit_time_ms)
@@ -558,8 +605,10 @@ def process_task_batch(
         proc.expire()
         changed: dict[int, dict[str, bytes | None]] = {}
         written = deleted = 0
-        snapshot_now = task is None or entries + 1 >= cfg.state_snapshot_every
+        snapshot_now = task is None or cur.entries + 1 >= cfg.state_snapshot_every
         if snapshot_now:
+            if task is not None:  # the generation's last entry: workers behind it catch up through it
+                state.put_bucket(log_slot(cur.entries, cur.parity), encode_log(token, out.decoded))
             for k, blob in proc.export_keys(proc.dirty_keys()).items():
                 changed.setdefault(bucket_of(k, n_buckets), {})[k] = blob
             for b, bucket_entries in changed.items():
@@ -576,14 +625,14 @@ def process_task_batch(
                     state.delete_bucket(b)
                     source.buckets.pop(b, None)
                     deleted += 1
-            for i in range(entries):
-                state.delete_bucket(log_slot(i))
+            for i in range(cur.previous_entries):  # the generation before this one's
+                state.delete_bucket(log_slot(i, 1 - cur.parity))
             proc.clear_dirty_keys()
-            new_token = _new_token(None, 0)
+            new_token = str(cur.snapshotted())
             state.set_task(proc.export_meta(), new_token, n_buckets)
         else:  # the snapshot's meta stays; the keys stay dirty until the next snapshot writes them
-            state.put_bucket(log_slot(entries), encode_log(token, out.decoded))
-            new_token = _new_token(snapshot, entries + 1)
+            state.put_bucket(log_slot(cur.entries, cur.parity), encode_log(token, out.decoded))
+            new_token = str(cur.logged())
             state.set_task(meta, new_token, n_buckets)  # type: ignore[arg-type]
     finally:
         source.release()
@@ -595,7 +644,7 @@ def process_task_batch(
     s = out.stats
     s["windows_expired"] += proc.store.expired - expired_before
     s["state_cache_hit"] = int(hit)
-    s["state_log_replayed"] = entries - replay_from
+    s["state_log_replayed"] = len(plan)  # type: ignore[arg-type]
     s["state_snapshot"] = int(snapshot_now)
     s["state_windows"] = len(proc.store)
     s["state_buckets_loaded"] = loaded
@@ -609,8 +658,9 @@ def process_task_batch(
     return out
 
 
-def _read_log(state: TaskState, i: int) -> tuple[str, list[Any]]:
-    data = state.get_bucket(log_slot(i))
+def _read_log(state: TaskState, parity: int, i: int) -> tuple[str, list[Any]]:
+    data = state.get_bucket(log_slot(i, parity))
     if data is None:
-        raise RuntimeError(f"the task state is inconsistent: its token names log entry {i}, which is missing")
+        raise RuntimeError(f"the task state is inconsistent: its token names log entry {i} of generation "
+                           f"{parity}, which is missing")
     return decode_log(data)

@@ -222,8 +222,9 @@ def test_state_calls_are_bounded_by_buckets():
     states = {}
     _, totals = run_in_batches(config("update", buckets=8, cache=False, snapshot_every=1), events, states=states)
     st = states[0]
-    # per batch: 1 task read + 1 task write + at most 8 bucket reads and 8 bucket writes
-    assert st.calls <= totals["batches"] * (2 + 16)
+    # per batch: 1 task read + 1 task write + at most 8 bucket reads and 8 bucket writes + the batch's log entry
+    # (a snapshot batch closes its generation with it) and the deletion of the entry of the generation before
+    assert st.calls <= totals["batches"] * (2 + 16 + 2)
 
 
 def test_checkpoint_balance_tasks_is_fixed_at_creation(tmp_path):
@@ -297,14 +298,16 @@ def test_a_task_written_uncompressed_goes_on_with_compressed_buckets():
         elif lo == third:  # a log entry; the old buckets stay as they are
             assert out.stats["state_snapshot"] == 0 and processing.log_slot(0) in state.buckets
     assert changelog_final(rows) == exp.final
-    assert out.stats["state_snapshot"] == 1  # the third batch: a snapshot, all compressed, no log left
-    assert all(b >= 0 and d[:4] == b"SWZ1" for b, d in state.buckets.items())
+    assert out.stats["state_snapshot"] == 1  # the third batch: a snapshot, all compressed
+    assert all(d[:4] == b"SWZ1" for d in state.buckets.values())
+    # the generation the snapshot closed: the second batch's entry and its own
+    assert sorted(b for b in state.buckets if b < 0) == [processing.log_slot(1), processing.log_slot(0)]
 
 
 def test_batches_between_snapshots_write_one_log_entry_and_stale_workers_replay_only_what_they_missed():
-    """Every 4th batch (from the first) writes the key buckets (a snapshot) and deletes the log; the others write
-    one log entry (their decoded records) and leave the buckets alone. A worker that is behind replays the entries
-    it has not seen; a worker whose processor the log does not continue (a snapshot came between) restores."""
+    """Every 4th batch (from the first) writes the key buckets (a snapshot); the others write one log entry (their
+    decoded records) and leave the buckets alone. Two generations of log are kept, so a worker that is behind -
+    even across a snapshot - replays only the entries it has not seen."""
     events = payment_events(1200, keys=30, partitions=1, seed=51, bad_fraction=0.02, late_fraction=0.02)
     exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit="update")
     cfg = config("update", buckets=8, snapshot_every=4)
@@ -324,19 +327,20 @@ def test_batches_between_snapshots_write_one_log_entry_and_stale_workers_replay_
             rows += [(k, v) for kind, k, v in zip(out.kind, out.key, out.value) if kind == "changelog"]
             stats.append(out.stats)
             log = {b for b in state.buckets if b < 0}
-            if n % 4 == 0:  # a snapshot (the task's first batch is one): buckets written, no log left
-                assert out.stats["state_snapshot"] == 1 and out.stats["state_buckets_written"] > 0 and not log
+            if n % 4 == 0:  # a snapshot (the task's first batch is one): buckets written
+                assert out.stats["state_snapshot"] == 1 and out.stats["state_buckets_written"] > 0
             else:
                 assert out.stats["state_snapshot"] == 0 and out.stats["state_buckets_written"] == 0
                 assert {b: d for b, d in state.buckets.items() if b >= 0} == buckets_before
-                assert log == {processing.log_slot(i) for i in range(n % 4)}
+            # this generation's entries, and the generation before (closed by the snapshot batch's own entry)
+            assert len(log) == (n if n < 4 else 4 + n % 4)
     finally:
         processing._CACHE = saved
     assert changelog_final(rows) == exp.final
     replayed = [s["state_log_replayed"] for s in stats]
     hits = [s["state_cache_hit"] for s in stats]
-    # batch 2: worker 1 never ran (snapshot of batch 0 + 1 entry); 3, 4 and 8: one batch behind (1 entry each);
-    # 7: worker 0 is at batch 3, before the snapshot of batch 4 (restore + 2 entries); 9: at batch 7, before
-    # the snapshot of batch 8 (restore, no entries yet)
+    # batch 2: worker 1 never ran (snapshot of batch 0 + 1 entry); 3, 4, 8: one batch behind (1 entry each);
+    # 7: worker 0 is at batch 3, before the snapshot of batch 4 (its entry + 2 entries after it); 9: at batch 7,
+    # before the snapshot of batch 8 (its entry)
     assert hits == [0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1]
-    assert replayed == [0, 0, 1, 1, 1, 0, 0, 2, 1, 0, 0, 0]
+    assert replayed == [0, 0, 1, 1, 1, 0, 0, 3, 1, 1, 0, 0]
