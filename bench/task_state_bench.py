@@ -2,7 +2,7 @@
 batch for several ``state_snapshot_every`` values side by side, with one Python worker or several taking turns.
 
     .venv/bin/python bench/task_state_bench.py [--keys 2500] [--rate 1250] [--batch-seconds 2.5] \
-        [--warmup 60] [--batches 20] [--workers 1,2] [--snapshot-every 1,8]
+        [--warmup 60] [--batches 20] [--workers 1,2] [--snapshot-every 1,8] [--repeat 3]
 
 The stream is the service bench's for one of its 4 input partitions: ``--keys`` accounts, ``--rate`` records
 per second of event time, 5% of them up to 10 s out of order, JSON values, 60 s windows with 10 s grace,
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -79,24 +80,31 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=20, help="measured batches")
     ap.add_argument("--workers", default="1,2", help="Python workers taking turns (comma-separated list)")
     ap.add_argument("--snapshot-every", default="1,8", help="state_snapshot_every values (comma-separated)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per configuration, interleaved (this VM's speed "
+                    "drifts by up to 2x within minutes); the table shows the median, with the range")
     args = ap.parse_args()
     workers = [int(x) for x in args.workers.split(",")]
     everies = [int(x) for x in args.snapshot_every.split(",")]
     print(f"python {sys.version.split()[0]}, {args.keys} keys, {args.rate:g} records/s, {args.batch_seconds:g} s "
           f"batches, {args.batches} measured after {args.warmup}\n")
-    header = (f"{'workers':>7} {'snapshot every':>14} {'CPU s/batch':>11} {'vs first':>8} {'hits':>5} "
-              f"{'replayed':>8} {'changelog/batch':>15} {'state MB at end':>15}")
+    header = (f"{'workers':>7} {'snapshot every':>14} {'CPU s/batch':>11} {'(min-max)':>13} {'vs first':>8} "
+              f"{'hits':>5} {'replayed':>8} {'changelog/batch':>15} {'state MB at end':>15}")
     print(header)
     print("-" * len(header))
     for w in workers:
+        runs: dict[int, list[dict]] = {every: [] for every in everies}
+        for _ in range(args.repeat):  # interleaved: every configuration once per round
+            for every in everies:
+                runs[every].append(run(args.keys, args.rate, args.batch_seconds, args.warmup, args.batches, w, every))
         first = None
         for every in everies:
-            r = run(args.keys, args.rate, args.batch_seconds, args.warmup, args.batches, w, every)
-            cpu = r["cpu"] / args.batches
+            cpus = sorted(r["cpu"] / args.batches for r in runs[every])
+            cpu = statistics.median(cpus)
             first = first or cpu
-            print(f"{w:>7} {every:>14} {cpu:>11.3f} {cpu / first:>7.2f}x {r['hits']:>5} {r['replayed']:>8} "
-                  f"{r['changelog'] / args.batches:>15,.0f} {(r['log_bytes'] + r['bucket_bytes']) / 1e6:>15.1f}",
-                  flush=True)
+            r = runs[every][0]
+            print(f"{w:>7} {every:>14} {cpu:>11.3f} {f'({cpus[0]:.3f}-{cpus[-1]:.3f})':>13} {cpu / first:>7.2f}x "
+                  f"{r['hits']:>5} {r['replayed']:>8} {r['changelog'] / args.batches:>15,.0f} "
+                  f"{(r['log_bytes'] + r['bucket_bytes']) / 1e6:>15.1f}", flush=True)
 
 
 if __name__ == "__main__":
