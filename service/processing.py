@@ -606,9 +606,11 @@ def process_task_batch(
         changed: dict[int, dict[str, bytes | None]] = {}
         written = deleted = 0
         snapshot_now = task is None or cur.entries + 1 >= cfg.state_snapshot_every
+        # every batch after the first logs its records; a snapshot batch's entry closes its generation, so a
+        # worker that is behind it still catches up through the log
+        if task is not None:
+            state.put_bucket(log_slot(cur.entries, cur.parity), encode_log(token, out.decoded))
         if snapshot_now:
-            if task is not None:  # the generation's last entry: workers behind it catch up through it
-                state.put_bucket(log_slot(cur.entries, cur.parity), encode_log(token, out.decoded))
             for k, blob in proc.export_keys(proc.dirty_keys()).items():
                 changed.setdefault(bucket_of(k, n_buckets), {})[k] = blob
             for b, bucket_entries in changed.items():
@@ -631,7 +633,6 @@ def process_task_batch(
             new_token = str(cur.snapshotted())
             state.set_task(proc.export_meta(), new_token, n_buckets)
         else:  # the snapshot's meta stays; the keys stay dirty until the next snapshot writes them
-            state.put_bucket(log_slot(cur.entries, cur.parity), encode_log(token, out.decoded))
             new_token = str(cur.logged())
             state.set_task(meta, new_token, n_buckets)  # type: ignore[arg-type]
     finally:
