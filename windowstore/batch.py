@@ -52,6 +52,7 @@ _I32 = np.int32
 _NO_ARRIVAL = np.iinfo(_I32).max  # arrival indexes are int32 (-1: a record from before the batch)
 _LIMIT = 1 << 62
 _I64 = np.int64
+_F64 = np.float64
 
 
 def batch_plan(aggregation: Aggregation) -> Plan | None:
@@ -72,23 +73,84 @@ def batch_plan(aggregation: Aggregation) -> Plan | None:
 
 class Cols:
     """One key's windows as columns, ascending start. ``parts[i]`` holds part i's accumulator column (sum or
-    min/max value; the sum for mean); ``None`` for a count part, whose value is ``counts``."""
+    min/max value; the sum for mean); ``None`` for a count part, whose value is ``counts``.
 
-    __slots__ = ("starts", "ts", "counts", "parts")
+    The batch path keeps the columns as rows of one int64 matrix (:attr:`stacked`: starts, ts, counts, then
+    each part's column, float64 ones as their bits), so storing a key's windows is one concatenation, not one
+    per column; the column attributes are views of its rows."""
+
+    __slots__ = ("starts", "ts", "counts", "parts", "kinds", "_m")
 
     def __init__(self, starts: np.ndarray, ts: np.ndarray, counts: np.ndarray, parts: list[Any]) -> None:
         self.starts = starts
         self.ts = ts
         self.counts = counts
         self.parts = parts
+        self.kinds = _kinds(parts)
+        self._m: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, m: np.ndarray, kinds: tuple[str | None, ...]) -> "Cols":
+        """The columns held in the rows of ``m`` (see :attr:`stacked`); ``kinds``: per part, ``None`` (count),
+        ``"i"`` (int64) or ``"f"`` (float64)."""
+        c = cls.__new__(cls)
+        c.starts, c.ts, c.counts = m[0], m[1], m[2]
+        c.parts = _rows(m, 3, kinds)
+        c.kinds = kinds
+        c._m = m
+        return c
+
+    @property
+    def stacked(self) -> np.ndarray:
+        """The int64 matrix whose rows are starts, ts, counts and the parts' columns (float64 ones as bits)."""
+        m = self._m
+        if m is None:
+            m = self._m = np.stack([self.starts, self.ts, self.counts, *_bit_rows(self.parts)])
+        return m
 
     def __len__(self) -> int:
         return len(self.starts)
 
     def take(self, sel: Any) -> "Cols":
-        return Cols(
-            self.starts[sel], self.ts[sel], self.counts[sel], [None if p is None else p[sel] for p in self.parts]
-        )
+        return Cols.of(self.stacked[:, sel], self.kinds)
+
+
+def _kinds(parts: Sequence[Any]) -> tuple[str | None, ...]:
+    return tuple(None if p is None else p.dtype.kind for p in parts)
+
+
+def _bit_rows(parts: Sequence[Any]) -> list[np.ndarray]:
+    """The columns of ``parts`` (count parts have none) as int64 rows: float64 ones as their bits."""
+    return [p.view(_I64) if p.dtype.kind == "f" else p for p in parts if p is not None]
+
+
+def _rows(m: np.ndarray, first: int, kinds: tuple[str | None, ...]) -> list[Any]:
+    """Inverse of :func:`_bit_rows`: the part columns held in ``m``'s rows from ``first`` on."""
+    parts: list[Any] = []
+    r = first
+    for k in kinds:
+        if k is None:
+            parts.append(None)
+        else:
+            parts.append(m[r] if k != "f" else m[r].view(_F64))
+            r += 1
+    return parts
+
+
+def raw_matrix(kw: "KeyWindows") -> np.ndarray:
+    """A columnar key's raw records as rows of one int64 matrix: ts, then each part's values (see
+    :attr:`Cols.stacked`); built once, kept in ``kw.raw2d``."""
+    m = kw.raw2d
+    if m is None:
+        m = kw.raw2d = np.stack([kw.raw_ts, *_bit_rows(kw.raw_cols or ())])
+    return m
+
+
+def set_raw(kw: "KeyWindows", m: np.ndarray, kinds: tuple[str | None, ...]) -> None:
+    """Hold the raw records of matrix ``m`` (see :func:`raw_matrix`) in ``kw``."""
+    kw.raw2d = m
+    kw.raw_ts = m[0]
+    kw.raw_cols = _rows(m, 1, kinds)
 
 
 def attach(proc: "SlidingWindowProcessor") -> Plan | None:
@@ -127,6 +189,7 @@ def _materialize(kw: "KeyWindows", plan: Plan, composite: bool) -> None:
     if kw.raw_ts is not None and not isinstance(kw.raw_ts, list):
         kw.raw_ts = kw.raw_ts.tolist()
         kw.raw_cols = [None if col is None else col.tolist() for col in kw.raw_cols or ()]
+        kw.raw2d = None
 
 
 def _column(values: Sequence[Any], kind: str) -> np.ndarray | None:
@@ -175,8 +238,7 @@ def _columnize(kw: "KeyWindows", plan: Plan, composite: bool) -> bool:
         kw.starts = []
         kw.entries = {}
     if kw.raw_ts is None:
-        kw.raw_ts = np.zeros(0, _I64)
-        kw.raw_cols = [None if kind == "count" else np.zeros(0, _I64) for kind, _f in plan]
+        set_raw(kw, np.zeros((1 + sum(kind != "count" for kind, _f in plan), 0), _I64), kw.cols.kinds)
     elif isinstance(kw.raw_ts, list):
         cols = []
         for (kind, _f), col in zip(plan, kw.raw_cols or ()):
@@ -189,18 +251,18 @@ def _columnize(kw: "KeyWindows", plan: Plan, composite: bool) -> bool:
             cols.append(arr)
         kw.raw_ts = np.fromiter(kw.raw_ts, _I64, len(kw.raw_ts))
         kw.raw_cols = cols
+        kw.raw2d = None
     return True
 
 
 def _trim(kw: "KeyWindows", bound: int) -> int:
     """Columnar :meth:`KeyWindows.trim_below`."""
     if len(kw.raw_ts) and kw.raw_ts[0] < bound:
-        j = int(np.searchsorted(kw.raw_ts, bound, "left"))
-        kw.raw_ts = kw.raw_ts[j:]
-        kw.raw_cols = [None if c is None else c[j:] for c in kw.raw_cols]
+        j = int(kw.raw_ts.searchsorted(bound))
+        set_raw(kw, raw_matrix(kw)[:, j:], _kinds(kw.raw_cols))
     c = kw.cols
     if len(c) and c.starts[0] < bound:
-        j = int(np.searchsorted(c.starts, bound, "left"))
+        j = int(c.starts.searchsorted(bound))
         kw.cols = c.take(slice(j, None))
         return j
     return 0
@@ -328,20 +390,18 @@ def _kernel(
     # So a batch costs O(batch + records within td of it), not O(everything retained).
     cut_abs = new_t[np.searchsorted(new_t, offs)] - td - 1  # every key has a record in the batch
     cut = (cut_abs - offs).tolist()
-    raw_j = [int(np.searchsorted(kw.raw_ts, c - 1, "left")) for kw, c in zip(kws, cut)]
-    col_j = [int(np.searchsorted(kw.cols.starts, c, "left")) for kw, c in zip(kws, cut)]
+    raw_j = [int(kw.raw_ts.searchsorted(c - 1)) for kw, c in zip(kws, cut)]
+    col_j = [int(kw.cols.starts.searchsorted(c)) for kw, c in zip(kws, cut)]
     old_n = np.fromiter((len(kw.raw_ts) - j for kw, j in zip(kws, raw_j)), _I64, K)
-    old_T = _concat([kw.raw_ts[j:] for kw, j in zip(kws, raw_j)]) + np.repeat(offs, old_n)
+    old_R = np.concatenate([raw_matrix(kw)[:, j:] for kw, j in zip(kws, raw_j)], axis=1)
+    old_T = old_R[0] + np.repeat(offs, old_n)
     T = np.concatenate([old_T, new_t])
     order = np.argsort(T, kind="stable")  # two sorted runs (a merge); old records first within a timestamp
     T = T[order]
     arr = np.concatenate([np.full(len(old_T), -1, _I32), arrival[o].astype(_I32)])[order]
-    raw_parts = [
-        None
-        if kind == "count"
-        else np.concatenate([_concat([kw.raw_cols[i][j:] for kw, j in zip(kws, raw_j)], p.dtype), p[o]])[order]
-        for i, ((kind, _f), p) in enumerate(zip(plan, parts_new))
-    ]
+    # a part's old values: its row of old_R (each key's raw part has the batch's dtype, or no values)
+    old_parts = _rows(old_R, 1, _kinds(parts_new))
+    raw_parts = [None if p is None else np.concatenate([old, p[o]])[order] for old, p in zip(old_parts, parts_new)]
 
     # R3 window starts over the distinct timestamps d: left windows max(d - td, 0) and right windows d + 1
     # (when a record follows within td + 1); per start the record range [lo, hi) of its window and the first
@@ -447,33 +507,32 @@ def _store(kws: list["KeyWindows"], res: _Written, bound: int) -> int:
     r_bounds = np.searchsorted(res.raw_ts, offs).tolist() + [len(res.raw_ts)]
     starts = res.starts & _LOCAL
     raw_ts = res.raw_ts & _LOCAL
+    # the suffixes of all keys as matrices (see Cols.stacked, raw_matrix): one concatenation per key and kind
+    W = np.stack([starts, res.ts, res.counts, *_bit_rows(res.parts)])
+    R = np.stack([raw_ts, *_bit_rows(res.raw_parts)])
+    kinds = _kinds(res.parts)
+    raw_kinds = _kinds(res.raw_parts)
     dropped = 0
     for k, kw in enumerate(kws):
         a, b = w_bounds[k], w_bounds[k + 1]
         j = res.col_j[k]
         c = kw.cols
-        h = 0 if not j or c.starts[0] >= bound else min(int(np.searchsorted(c.starts, bound)), j)
-        t = a if res.cut[k] >= bound else a + int(np.searchsorted(starts[a:b], bound))
+        h = 0 if not j or c.starts[0] >= bound else min(int(c.starts.searchsorted(bound)), j)
+        t = a if res.cut[k] >= bound else a + int(starts[a:b].searchsorted(bound))
         dropped += h + t - a
-        kw.cols = Cols(
-            _joined(c.starts, h, j, starts, t, b),
-            _joined(c.ts, h, j, res.ts, t, b),
-            _joined(c.counts, h, j, res.counts, t, b),
-            [None if p is None else _joined(op, h, j, p, t, b) for op, p in zip(c.parts, res.parts)],
-        )
+        kw.cols = Cols.of(_joined(c.stacked, h, j, W, t, b), kinds)
         a, b = r_bounds[k], r_bounds[k + 1]
         j = res.raw_j[k]
         old = kw.raw_ts
-        h = 0 if not j or old[0] >= bound else min(int(np.searchsorted(old, bound)), j)
-        t = a if res.cut[k] - 1 >= bound else a + int(np.searchsorted(raw_ts[a:b], bound))
-        kw.raw_ts = _joined(old, h, j, raw_ts, t, b)
-        kw.raw_cols = [None if p is None else _joined(op, h, j, p, t, b) for op, p in zip(kw.raw_cols, res.raw_parts)]
+        h = 0 if not j or old[0] >= bound else min(int(old.searchsorted(bound)), j)
+        t = a if res.cut[k] - 1 >= bound else a + int(raw_ts[a:b].searchsorted(bound))
+        set_raw(kw, _joined(raw_matrix(kw), h, j, R, t, b), raw_kinds)
     return dropped
 
 
 def _joined(head: np.ndarray, h: int, j: int, tail: np.ndarray, t: int, b: int) -> np.ndarray:
-    """``head[h:j]`` followed by ``tail[t:b]``."""
-    return np.concatenate([head[h:j], tail[t:b]]) if j > h else tail[t:b]
+    """Columns ``head[:, h:j]`` followed by ``tail[:, t:b]`` (matrices of the same rows)."""
+    return np.concatenate([head[:, h:j], tail[:, t:b]], axis=1) if j > h else tail[:, t:b]
 
 
 def process_batch(proc: "SlidingWindowProcessor", records: Sequence[tuple[Hashable, Any, Any]]) -> bool:
@@ -587,6 +646,10 @@ def process_columns(
                 col = col.astype(_I64, copy=False)
                 if len(col) and int(np.abs(col).max()) * max(len(col), 1) >= _LIMIT:
                     col = None
+            elif col is not None and col.dtype.kind == "f":
+                col = col.astype(_F64, copy=False)  # float32 too: the state holds float64 columns
+            elif col is not None:
+                col = None  # bool and others: the record path decides
         else:
             try:
                 vals = record_values()
@@ -602,6 +665,7 @@ def process_columns(
     composite = isinstance(proc.aggregation, Composite)
     kws = []
     acc_ts = ts[acc_idx]
+    new_kinds = _kinds(parts_new)
     for k, key in enumerate(batch_keys):
         kw = store.keys.get(key)
         if kw is None:
@@ -609,6 +673,9 @@ def process_columns(
             if kw is None:
                 kw = store.keys[key] = _new_kw()
         if not _columnize(kw, plan, composite):
+            return fallback()
+        # the key's columns and the batch's must have one dtype per part (they are stored as int64 rows)
+        if len(kw.cols) and kw.cols.kinds != new_kinds:
             return fallback()
         for i, p in enumerate(parts_new):
             if p is not None and len(kw.raw_ts) and kw.raw_cols[i].dtype != p.dtype:

@@ -112,7 +112,7 @@ def _decode_columns(data: bytes) -> KeyWindows:
     """Inverse of :func:`_encode_columns`: a key held as columns (writable arrays)."""
     import numpy as np
 
-    from .batch import Cols
+    from .batch import Cols, set_raw
 
     if len(data) < _COLUMNS_HEADER.size:
         raise StateFormatError("key state blob is truncated")
@@ -125,20 +125,14 @@ def _decode_columns(data: bytes) -> KeyWindows:
     widths = [n, n, n] + [n for x in codes[:p] if x] + [m] + [m for x in codes[p:] if x]
     if len(data) != off + 8 * sum(widths):
         raise StateFormatError("key state blob has the wrong length")
-    # one copy of all the arrays (aligned and writable); each array is a view of it, float64 ones reinterpreted
+    # one copy of all the arrays (aligned and writable): the windows' rows, then the raw records' rows, each
+    # a matrix as the batch path holds them (Cols.stacked, raw_matrix); float64 columns are reinterpreted
     words = np.frombuffer(data, dtype="<i8", count=sum(widths), offset=off).copy()
-    arrays = []
-    pos = 0
-    for width, dtype in zip(widths, _column_dtypes(codes, p)):
-        a = words[pos : pos + width]
-        arrays.append(a if dtype == "<i8" else a.view(dtype))
-        pos += width
-    it = iter(arrays)
-    starts, ts, counts = next(it), next(it), next(it)
+    kinds = tuple(None if x == _NO_COLUMN else ("f" if x == _FLOAT64 else "i") for x in codes)
+    rows = 3 + sum(x != _NO_COLUMN for x in codes[:p])
     kw = KeyWindows()
-    kw.cols = Cols(starts, ts, counts, [next(it) if x else None for x in codes[:p]])
-    kw.raw_ts = next(it)
-    kw.raw_cols = [next(it) if x else None for x in codes[p:]]
+    kw.cols = Cols.of(words[: rows * n].reshape(rows, n), kinds[:p])
+    set_raw(kw, words[rows * n :].reshape(1 + sum(x != _NO_COLUMN for x in codes[p:]), m), kinds[p:])
     return kw
 
 

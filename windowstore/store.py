@@ -61,7 +61,7 @@ class KeyWindows:
     values.
     """
 
-    __slots__ = ("starts", "_entries", "raw_ts", "raw_cols", "cols", "stamps", "gone",
+    __slots__ = ("starts", "_entries", "raw_ts", "raw_cols", "raw2d", "cols", "stamps", "gone",
                  "lz_act", "lz_g", "lz_c", "lz_t", "lz_end", "lz_seq", "kmax", "exact")
 
     def __init__(self) -> None:
@@ -71,6 +71,9 @@ class KeyWindows:
         #: aggregation part, the numeric value each contributes (``None`` for a count part)
         self.raw_ts: Any = None
         self.raw_cols: list[Any] | None = None
+        #: batch path only: ``raw_ts`` and ``raw_cols`` as the rows of one int64 matrix (None: not built yet;
+        #: see ``batch.raw_matrix``)
+        self.raw2d: Any = None
         #: batch path only: the same windows as numpy columns; when set, ``starts``/``entries`` are empty
         #: and :meth:`WindowStore._load` turns them back into entries before any record-path access
         self.cols: Any = None
