@@ -2,7 +2,7 @@
 batch for several ``state_snapshot_every`` values side by side, with one Python worker or several taking turns.
 
     .venv/bin/python bench/task_state_bench.py [--keys 2500] [--rate 1250] [--batch-seconds 2.5] \
-        [--warmup 60] [--batches 20] [--workers 1,2] [--snapshot-every 1,8] [--repeat 3]
+        [--warmup 60] [--batches 20] [--workers 1,2] [--snapshot-every 1,8] [--share off,on] [--repeat 3]
 
 The stream is the service bench's for one of its 4 input partitions: ``--keys`` accounts, ``--rate`` records
 per second of event time, 5% of them up to 10 s out of order, JSON values, 60 s windows with 10 s grace,
@@ -10,7 +10,10 @@ per second of event time, 5% of them up to 10 s out of order, JSON values, 60 s 
 (:class:`~service.processing.DictTaskState`), so what is measured is the Python side of a task batch: decoding,
 the window engine, the changelog rows, and exporting or logging the state (the JVM's share of writing it is
 not). With ``--workers`` above 1 each batch goes to a worker picked at random (worker caches), as Spark hands a
-task to whichever Python worker is idle; the same seed gives every configuration the same turns.
+task to whichever Python worker is idle; the same seed gives every configuration the same turns. With
+``--share on`` the log entries are shared (``state_log_share``): before each batch every worker replays the
+entries it has not seen, as its catch-up thread does while idle; that CPU is off the batch's critical path and
+shown apart ("catch-up").
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import argparse
 import random
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,9 +36,12 @@ from service.processing import DictTaskState, TaskConfig, TaskRunner, process_ta
 AGGS = "count,sum:amount,max:amount,max:sent"
 
 
-def run(keys: int, rate: float, batch_s: float, warmup: int, batches: int, workers: int, snapshot_every: int) -> dict:
+def run(keys: int, rate: float, batch_s: float, warmup: int, batches: int, workers: int, snapshot_every: int,
+        share: bool = False) -> dict:
+    spool_id = f"task-state-bench-{time.time_ns()}" if share else ""
     cfg = TaskConfig(60_000, 10_000, AGGS, "update", InputSpec(fields=aggregation_fields(AGGS)),
-                     ChangelogSpec("json", "json", AGGS), "out", "late", "dlq", state_snapshot_every=snapshot_every)
+                     ChangelogSpec("json", "json", AGGS), "out", "late", "dlq", state_snapshot_every=snapshot_every,
+                     log_spool=spool_id)
     runner = TaskRunner(cfg)
     state = DictTaskState()
     rnd = random.Random(1)
@@ -42,8 +49,12 @@ def run(keys: int, rate: float, batch_s: float, warmup: int, batches: int, worke
     caches: list[dict] = [{} for _ in range(workers)]
     t = 1_795_300_000_000
     off = 0
-    totals = {"cpu": 0.0, "hits": 0, "replayed": 0, "changelog": 0, "log_bytes": 0, "bucket_bytes": 0}
-    saved = processing._CACHE
+    totals = {"cpu": 0.0, "catch_up": 0.0, "hits": 0, "replayed": 0, "changelog": 0, "log_bytes": 0,
+              "bucket_bytes": 0}
+    saved = processing._CACHE, processing._start_catch_up_thread, tempfile.tempdir
+    spool_dir = tempfile.TemporaryDirectory()
+    processing._start_catch_up_thread = lambda: None  # this loop does the catch-up, between the batches
+    tempfile.tempdir = spool_dir.name
     try:
         for i in range(warmup + batches):
             n = int(rate * batch_s)
@@ -56,6 +67,13 @@ def run(keys: int, rate: float, batch_s: float, warmup: int, batches: int, worke
                 vs.append(b'{"amount": %d, "sent": %d}' % (rnd.randint(1, 1000), now))
                 ts.append(now - rnd.randint(1, 10_000) if rnd.random() < 0.05 else now)
             t += int(batch_s * 1000)
+            if share:
+                c0 = time.process_time()
+                for cache in caches:
+                    while processing.spool_catch_up(cache):
+                        pass
+                if i >= warmup:
+                    totals["catch_up"] += time.process_time() - c0
             processing._CACHE = caches[turns.randrange(workers)]
             c0 = time.process_time()
             out = process_task_batch(runner, state, "in", 0, offs, ks, vs, ts)
@@ -65,7 +83,8 @@ def run(keys: int, rate: float, batch_s: float, warmup: int, batches: int, worke
                 totals["replayed"] += out.stats["state_log_replayed"]
                 totals["changelog"] += out.stats["changelog"]
     finally:
-        processing._CACHE = saved
+        processing._CACHE, processing._start_catch_up_thread, tempfile.tempdir = saved
+        spool_dir.cleanup()
     for b, data in state.buckets.items():
         totals["log_bytes" if b < 0 else "bucket_bytes"] += len(data)
     return totals
@@ -80,30 +99,38 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=20, help="measured batches")
     ap.add_argument("--workers", default="1,2", help="Python workers taking turns (comma-separated list)")
     ap.add_argument("--snapshot-every", default="1,8", help="state_snapshot_every values (comma-separated)")
+    ap.add_argument("--share", default="off", help="share the log entries between the workers: off, on or off,on")
     ap.add_argument("--repeat", type=int, default=3, help="runs per configuration, interleaved (this VM's speed "
                     "drifts by up to 2x within minutes); the table shows the median, with the range")
     args = ap.parse_args()
     workers = [int(x) for x in args.workers.split(",")]
     everies = [int(x) for x in args.snapshot_every.split(",")]
+    shares = [x == "on" for x in args.share.split(",")]
+    configs = [(every, share) for every in everies for share in shares]
     print(f"python {sys.version.split()[0]}, {args.keys} keys, {args.rate:g} records/s, {args.batch_seconds:g} s "
           f"batches, {args.batches} measured after {args.warmup}\n")
-    header = (f"{'workers':>7} {'snapshot every':>14} {'CPU s/batch':>11} {'(min-max)':>13} {'vs first':>8} "
-              f"{'hits':>5} {'replayed':>8} {'changelog/batch':>15} {'state MB at end':>15}")
+    header = (f"{'workers':>7} {'snapshot every':>14} {'shared':>6} {'CPU s/batch':>11} {'(min-max)':>13} "
+              f"{'vs first':>8} {'catch-up s/batch':>16} {'hits':>5} {'replayed':>8} {'changelog/batch':>15} "
+              f"{'state MB at end':>15}")
     print(header)
     print("-" * len(header))
     for w in workers:
-        runs: dict[int, list[dict]] = {every: [] for every in everies}
+        runs: dict[tuple[int, bool], list[dict]] = {c: [] for c in configs}
         for _ in range(args.repeat):  # interleaved: every configuration once per round
-            for every in everies:
-                runs[every].append(run(args.keys, args.rate, args.batch_seconds, args.warmup, args.batches, w, every))
+            for every, share in configs:
+                runs[every, share].append(run(args.keys, args.rate, args.batch_seconds, args.warmup, args.batches,
+                                              w, every, share))
         first = None
-        for every in everies:
-            cpus = sorted(r["cpu"] / args.batches for r in runs[every])
+        for every, share in configs:
+            rs = runs[every, share]
+            cpus = sorted(r["cpu"] / args.batches for r in rs)
             cpu = statistics.median(cpus)
             first = first or cpu
-            r = runs[every][0]
-            print(f"{w:>7} {every:>14} {cpu:>11.3f} {f'({cpus[0]:.3f}-{cpus[-1]:.3f})':>13} {cpu / first:>7.2f}x "
-                  f"{r['hits']:>5} {r['replayed']:>8} {r['changelog'] / args.batches:>15,.0f} "
+            catch_up = statistics.median(r["catch_up"] / args.batches for r in rs)
+            r = rs[0]
+            print(f"{w:>7} {every:>14} {'on' if share else 'off':>6} {cpu:>11.3f} "
+                  f"{f'({cpus[0]:.3f}-{cpus[-1]:.3f})':>13} {cpu / first:>7.2f}x {catch_up:>16.3f} {r['hits']:>5} "
+                  f"{r['replayed']:>8} {r['changelog'] / args.batches:>15,.0f} "
                   f"{(r['log_bytes'] + r['bucket_bytes']) / 1e6:>15.1f}", flush=True)
 
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from connectors.producer import PRODUCER_DEFAULTS, producer_config, producer_for
 from service.processing import STATS_FIELDS, TaskConfig, TaskOutput, TaskRunner, TaskState, process_task_batch
+from service.spool import spool_id
 
 __all__ = ["OUTPUT_SCHEMA", "WindowTaskProcessor", "task_config", "build_spark", "source_frame", "windowed_frame",
            "sink_frame", "start_query", "observed_columns"]
@@ -87,6 +88,7 @@ def task_config(settings: Any, key_schema_id: int | None = None, value_schema_id
         state_buckets=settings.state_buckets,
         state_cache=settings.state_cache,
         state_snapshot_every=settings.state_snapshot_every,
+        log_spool=spool_id(settings.checkpoint_dir) if settings.state_log_share and settings.state_cache else "",
         sink=settings.sink,
         producer=tuple(sorted(producer_config(settings.bootstrap_servers, settings.kafka_options).items()))
         if settings.sink == "direct" else (),

@@ -137,12 +137,14 @@ state_cache_hits = Counter(P + "state_cache_hits_total", "Task batches served fr
                            registry=REGISTRY)
 state_log_replayed = Counter(P + "state_log_replayed_total", "Task log entries replayed to bring a processor to the "
                              "committed state (a worker behind its task, or a restore)", registry=REGISTRY)
+state_log_shared = Counter(P + "state_log_shared_total", "Task log entries an idle Python worker replayed from "
+                           "the other workers' shared files (off the batches' critical path)", registry=REGISTRY)
 state_snapshots = Counter(P + "state_snapshots_total", "Task batches that wrote a snapshot (key buckets) "
                           "instead of a log entry", registry=REGISTRY)
 task_batches = Counter(P + "task_batches_total", "Task micro-batches processed (one per input partition with "
                        "data per micro-batch)", registry=REGISTRY)
 worker_seconds = Counter(P + "worker_seconds_total", "Time in the Python tasks, by phase "
-                         "(process includes state_read and state_write; produce: sink=direct writing output)",
+                         "(process includes state_read and state_write; produce: sink=direct writing output; catch_up: an idle worker replaying shared log entries)",
                          ["phase"], registry=REGISTRY)
 lag_poll_errors = Counter(P + "consumer_lag_poll_errors_total", "Failed broker end-offset queries",
                           registry=REGISTRY)
@@ -152,7 +154,7 @@ METRICS: dict[str, Any] = {m._name: m for m in (
     windows_created, windows_updated, windows_expired, windows_skipped, record_lateness, e2e_latency,
     batch_duration, batches, last_progress, stream_time, partition_stream_time, input_rate, processed_rate,
     consumer_lag, offsets_behind, state_windows, state_rows, state_bytes, state_buckets_written, state_cache_hits,
-    state_log_replayed, state_snapshots, task_batches, worker_seconds,
+    state_log_replayed, state_log_shared, state_snapshots, task_batches, worker_seconds,
     lag_poll_errors)}
 
 # label values known up front (so every series exists from the first scrape, at 0)
@@ -162,7 +164,7 @@ for _k in ("changelog", "late", "dead_letter"):
     records_produced.labels(_k)
 for _k in ("memory", "sst"):
     state_bytes.labels(_k)
-for _k in ("process", "state_read", "state_write"):
+for _k in ("process", "state_read", "state_write", "produce", "catch_up"):
     worker_seconds.labels(_k)
 
 
@@ -232,12 +234,14 @@ def record_progress(observed: Mapping[str, Any], progress: Mapping[str, Any], la
     state_buckets_written.inc(o.get("state_buckets_written", 0))
     state_cache_hits.inc(o.get("state_cache_hit", 0))
     state_log_replayed.inc(o.get("state_log_replayed", 0))
+    state_log_shared.inc(o.get("state_log_shared", 0))
     state_snapshots.inc(o.get("state_snapshot", 0))
     task_batches.inc(o.get("task_batches", 0))
     worker_seconds.labels("process").inc(o.get("process_ns", 0) / 1e9)
     worker_seconds.labels("state_read").inc(o.get("state_read_ns", 0) / 1e9)
     worker_seconds.labels("state_write").inc(o.get("state_write_ns", 0) / 1e9)
     worker_seconds.labels("produce").inc(o.get("produce_ns", 0) / 1e9)
+    worker_seconds.labels("catch_up").inc(o.get("state_log_shared_ns", 0) / 1e9)
     if any(k.startswith("lateness_b") for k in o):
         record_lateness.add(_buckets(o, "lateness_b", len(LATENESS_BUCKETS_MS)), o.get("lateness_ms_sum", 0) / 1000)
     if any(k.startswith("latency_b") for k in o):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import threading
 import time
 import uuid
 import zlib
@@ -27,10 +28,11 @@ import numpy as np
 from connectors.output import ChangelogEncoder, ChangelogSpec
 from connectors.serde import InputDecoder, InputSpec
 from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations
+from service import spool
 from service.metrics import LATENCY_BUCKETS_MS, LATENESS_BUCKETS_MS
 
 __all__ = ["TaskConfig", "TaskStats", "TaskOutput", "TaskRunner", "TaskState", "DictTaskState", "process_task_batch", "bucket_of",
-           "encode_bucket", "decode_bucket",
+           "encode_bucket", "decode_bucket", "spool_catch_up",
            "OUTPUT_KINDS", "STATS_FIELDS"]
 
 logger = logging.getLogger(__name__)
@@ -55,6 +57,8 @@ STATS_FIELDS = (
     "state_keys_written",
     "state_log_replayed",  # log entries replayed to bring a processor up to the committed state (see TaskState)
     "state_snapshot",  # 1 when the batch wrote a snapshot (key buckets) instead of a log entry
+    "state_log_shared",  # log entries this worker replayed while idle (service.spool) since its last task batch
+    "state_log_shared_ns",  # and the time it took (not part of process_ns)
     "stream_time",  # the task's stream time after the batch (-1: none yet)
     "max_offset",  # largest input offset in the batch
     "lateness_ms_sum",  # sum over accepted + late records of stream_time - ts (>= 0)
@@ -100,6 +104,7 @@ class TaskConfig:
     state_buckets: int = 256  # key buckets per task for NEW state (existing state keeps its own number)
     state_cache: bool = True  # keep the processor in the Python worker between micro-batches (token-checked)
     state_snapshot_every: int = 8  # write the key buckets every n-th batch, a log entry of the input otherwise
+    log_spool: str = ""  # share log entries between this machine's workers under this id (service.spool); "": off
     sink: str = "spark"  # "direct": the worker produces the output rows itself (connectors.producer)
     producer: tuple[tuple[str, Any], ...] = ()  # the direct producer's librdkafka settings
 
@@ -517,12 +522,13 @@ class _BucketSource:
 class _Cached:
     """A task's processor kept in a Python worker between micro-batches, valid while ``token`` matches."""
 
-    __slots__ = ("token", "proc", "source")
+    __slots__ = ("token", "proc", "source", "runner")
 
-    def __init__(self, token: str, proc: SlidingWindowProcessor, source: _BucketSource) -> None:
+    def __init__(self, token: str, proc: SlidingWindowProcessor, source: _BucketSource, runner: TaskRunner) -> None:
         self.token = token
         self.proc = proc
         self.source = source
+        self.runner = runner
 
 
 #: worker-side cache: (task config, topic, partition) -> _Cached. Python workers are reused across micro-batches
@@ -530,6 +536,13 @@ class _Cached:
 #: retried batch, a restart or another worker's write always falls back to the state store.
 _CACHE: dict[tuple[Any, str, int], _Cached] = {}
 CACHE_MAX_TASKS = 64
+
+#: held by a task batch for its whole run, and by the idle worker's catch-up for one entry at a time
+_WORKER_LOCK = threading.Lock()
+_tasks_waiting = 0  # task batches waiting for the lock: the catch-up thread steps aside
+_catch_up_thread: threading.Thread | None = None
+_shared_since_task = [0, 0]  # entries the catch-up thread replayed since the last task batch, and their ns
+SPOOL_POLL_SECONDS = 0.02
 
 
 def process_task_batch(
@@ -552,7 +565,36 @@ def process_task_batch(
 
     ``on_output`` is called with the output rows as soon as they are made, before the state is written (the
     direct sink hands them to its producer there, so they travel while the state is written); its time is
-    counted in ``produce_ns``, not ``process_ns``."""
+    counted in ``produce_ns``, not ``process_ns``.
+
+    With ``log_spool`` set, the batch's log entry is also left for the other Python workers of this machine
+    (:mod:`service.spool`), and a thread of this worker replays the other workers' entries into its cached
+    processors while no task batch runs (:func:`spool_catch_up`)."""
+    global _tasks_waiting, _shared_since_task
+    if runner.config.log_spool and runner.config.state_cache:
+        _start_catch_up_thread()
+    _tasks_waiting += 1
+    with _WORKER_LOCK:
+        _tasks_waiting -= 1
+        shared, _shared_since_task = _shared_since_task, [0, 0]
+        out = _process_task_batch(runner, state, topic, partition, offsets, keys, values, timestamps, emit_time_ms,
+                                  on_output)
+    out.stats["state_log_shared"], out.stats["state_log_shared_ns"] = shared
+    return out
+
+
+def _process_task_batch(
+    runner: TaskRunner,
+    state: TaskState,
+    topic: str,
+    partition: int,
+    offsets: Sequence[int],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    timestamps: Sequence[int | None],
+    emit_time_ms: int | None,
+    on_output: Callable[[TaskOutput], None] | None,
+) -> TaskOutput:
     cfg = runner.config
     use_cache = cfg.state_cache
     t_start = time.perf_counter_ns()
@@ -605,11 +647,12 @@ def process_task_batch(
         proc.expire()
         changed: dict[int, dict[str, bytes | None]] = {}
         written = deleted = 0
-        snapshot_now = task is None or cur.entries + 1 >= cfg.state_snapshot_every
+        snapshot_now = task is None or cur.entries + 1 >= _generation_length(cfg.state_snapshot_every, cur, partition)
         # every batch after the first logs its records; a snapshot batch's entry closes its generation, so a
         # worker that is behind it still catches up through the log
-        if task is not None:
-            state.put_bucket(log_slot(cur.entries, cur.parity), encode_log(token, out.decoded))
+        log = encode_log(token, out.decoded) if task is not None else None
+        if log is not None:
+            state.put_bucket(log_slot(cur.entries, cur.parity), log)
         if snapshot_now:
             for k, blob in proc.export_keys(proc.dirty_keys()).items():
                 changed.setdefault(bucket_of(k, n_buckets), {})[k] = blob
@@ -640,7 +683,9 @@ def process_task_batch(
     if use_cache:
         if len(_CACHE) >= CACHE_MAX_TASKS:
             _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[cache_key] = _Cached(new_token, proc, source)
+        _CACHE[cache_key] = _Cached(new_token, proc, source, runner)
+        if cfg.log_spool and log is not None:
+            spool.put(cfg.log_spool, topic, partition, token, new_token, log)
     loaded, read_ns = source.loaded, source.read_ns + read_start
     s = out.stats
     s["windows_expired"] += proc.store.expired - expired_before
@@ -657,6 +702,78 @@ def process_task_batch(
     s["produce_ns"] = output_ns
     s["process_ns"] = time.perf_counter_ns() - t_start - output_ns
     return out
+
+
+def _generation_length(every: int, cur: "_Token", partition: int) -> int:
+    """Log entries before the next snapshot. The first generation after a task's creation is shortened by a
+    phase that depends on its partition (0, 3, 6, 1, ... for ``every`` = 8), so the tasks of a topic, created
+    in the same micro-batch, do not all write their snapshots in the same later batches: each snapshot batch
+    carries one or two tasks' snapshot writes instead of all of them. Later generations are ``every`` long."""
+    if cur.previous:
+        return every
+    return every - (3 * partition) % every
+
+
+def spool_catch_up(cache: dict[tuple[Any, str, int], _Cached] | None = None, limit: int | None = None) -> int:
+    """Replay into the cached processors (``cache``: this worker's) the next shared log entry of each task
+    (:mod:`service.spool`) that continues its token, ``limit`` entries at most; returns how many were replayed.
+
+    A processor stays as it is when its entry needs a key bucket it has not read yet (the state store is only
+    reachable inside a task batch): the task batch then catches up from the store. A replay that fails drops
+    the processor from the cache."""
+    cache = _CACHE if cache is None else cache
+    done = 0
+    for ck, c in list(cache.items()):
+        cfg, topic, partition = ck
+        if not cfg.log_spool or (limit is not None and done >= limit):
+            continue
+        found = spool.get(cfg.log_spool, topic, partition, c.token)
+        if found is None:
+            continue
+        new_token, entry = found
+        try:
+            applied_to, records = decode_log(entry)
+            if applied_to != c.token or not _loadable(c, records):
+                continue
+            c.runner.replay(c.proc, records)
+        except Exception:  # noqa: BLE001 - a shortcut only: the task batch restores from the store
+            logger.warning("replaying a shared log entry of %s-%d failed; dropping the cached processor", topic,
+                           partition, exc_info=True)
+            cache.pop(ck, None)
+            continue
+        c.token = new_token
+        done += 1
+    return done
+
+
+def _loadable(c: _Cached, records: Sequence[tuple[int, Any, Any, int]]) -> bool:
+    """Whether every key of ``records`` is in memory, new, or in a bucket the source has read."""
+    store = c.proc.store
+    mem, known, read, n = store.keys, store.key_max_start, c.source.buckets, c.source.n_buckets
+    return all(k in mem or k not in known or bucket_of(k, n) in read for _i, k, _v, _t in records)
+
+
+def _start_catch_up_thread() -> None:
+    global _catch_up_thread
+    if _catch_up_thread is None or not _catch_up_thread.is_alive():
+        _catch_up_thread = threading.Thread(target=_catch_up_loop, name="slidingwindow-log-catch-up", daemon=True)
+        _catch_up_thread.start()
+
+
+def _catch_up_loop() -> None:
+    """The idle worker's side: one shared entry at a time, never while a task batch waits for the worker."""
+    while True:
+        n = 0
+        if not _tasks_waiting:
+            with _WORKER_LOCK:
+                if not _tasks_waiting:
+                    t0 = time.perf_counter_ns()
+                    n = spool_catch_up(limit=1)
+                    if n:
+                        _shared_since_task[0] += n
+                        _shared_since_task[1] += time.perf_counter_ns() - t0
+        if not n:
+            time.sleep(SPOOL_POLL_SECONDS)
 
 
 def _read_log(state: TaskState, parity: int, i: int) -> tuple[str, list[Any]]:

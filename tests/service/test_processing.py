@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import random
+import tempfile
+import time
 from collections import Counter, defaultdict
 
 import pickle
@@ -22,10 +24,10 @@ AGGS = "count,sum:amount,max:amount"
 
 
 def config(emit: str, td: int = 1000, grace: int = 300, batch: bool = True, buckets: int = 256, cache: bool = True,
-           snapshot_every: int = TaskConfig.state_snapshot_every, **spec_kw) -> TaskConfig:
+           snapshot_every: int = TaskConfig.state_snapshot_every, spool: str = "", **spec_kw) -> TaskConfig:
     return TaskConfig(td, grace, AGGS, emit, InputSpec(fields=aggregation_fields(AGGS), **spec_kw),
                       ChangelogSpec("json", "json", AGGS), "out", "late", "dlq", batch=batch, state_buckets=buckets,
-                      state_cache=cache, state_snapshot_every=snapshot_every)
+                      state_cache=cache, state_snapshot_every=snapshot_every, log_spool=spool)
 
 
 class BatchView(TaskState):
@@ -67,13 +69,18 @@ def run_in_batches(cfg: TaskConfig, events, seed: int = 1, fail_every: int = 0, 
     """Feed each partition in random-sized micro-batches, state only in DictTaskState (and the worker cache)
     between them. ``fail_every``: every n-th batch is run, thrown away (state rolled back, as Spark does for
     an uncommitted batch) and run again. ``workers``: each batch goes to one of that many Python workers (worker
-    caches), picked at random as Spark does."""
+    caches), picked at random as Spark does; with ``cfg.log_spool`` the other workers first replay the shared
+    log entries (as their catch-up thread does while idle)."""
     if workers > 1:
         caches = [{} for _ in range(workers)]
         pick = random.Random(seed + 1000)
         saved_cache = processing._CACHE
         try:
             def take_turns(*args, **kw):
+                if cfg.log_spool:
+                    for c in caches:
+                        while processing.spool_catch_up(c):
+                            pass
                 processing._CACHE = caches[pick.randrange(workers)]
                 return process_task_batch(*args, **kw)
 
@@ -344,3 +351,117 @@ def test_batches_between_snapshots_write_one_log_entry_and_stale_workers_replay_
     # before the snapshot of batch 8 (its entry)
     assert hits == [0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1]
     assert replayed == [0, 0, 1, 1, 1, 0, 0, 3, 1, 1, 0, 0]
+
+
+@pytest.fixture
+def spool_here(tmp_path, monkeypatch):
+    """Shared log entries under ``tmp_path``; no catch-up thread (the tests call spool_catch_up themselves)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(processing, "_start_catch_up_thread", lambda: None)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("emit", "fail_every", "snapshot_every"),
+                         [("update", 0, 8), ("update", 3, 3), ("every", 2, 5), ("close", 0, 1)])
+def test_idle_workers_replay_shared_log_entries(spool_here, emit, fail_every, snapshot_every):
+    """With shared log entries, a worker replays the other worker's batches while idle: it finds its processor
+    up to date when the task comes back (a hit, nothing replayed in the batch), with identical results - also
+    when a failed attempt's entry was replayed (its token is never committed: that worker restores)."""
+    events = payment_events(3000, seed=23)
+    exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit=emit)
+    cfg = config(emit, buckets=16, snapshot_every=snapshot_every, spool="t1")
+    rows, totals = run_in_batches(cfg, events, seed=7, fail_every=fail_every, workers=2)
+    assert totals["aggregated"] + totals["late"] + totals["dead_lettered"] == len(events)
+    assert changelog_final((key, value) for _p, key, value, _h in rows["changelog"]) == exp.final
+    assert {(p, int(h["offset"])) for p, _k, _v, h in rows["late"]} == exp.late
+    if emit == "every":
+        assert every_sequence(rows) == dict(exp.sequence)
+    if not fail_every:  # all but each task's first batch on each worker (a restore) hit
+        assert totals["state_cache_hit"] >= totals["batches"] - 2 * 3
+        assert totals["state_log_replayed"] <= 2 * 3 * snapshot_every
+    one, _ = run_in_batches(cfg, events, seed=7, fail_every=fail_every)
+    strip = lambda rs: [(p, k, json.loads(v) | {"emit_time": 0}) for p, k, v, _ in rs]  # noqa: E731
+    assert strip(rows["changelog"]) == strip(one["changelog"])
+
+
+def test_a_shared_entry_that_needs_an_unread_bucket_waits_for_the_task(spool_here):
+    """The state store is only reachable inside a task batch: an entry whose keys live in buckets the idle
+    worker's processor has not read is left to the batch, which catches up from the store."""
+    events = payment_events(600, keys=200, partitions=1, seed=3, bad_fraction=0, late_fraction=0)
+    cfg = config("update", buckets=64, spool="t2")
+    runner = TaskRunner(cfg)
+    state = DictTaskState()
+    caches = [{}, {}]
+    saved = processing._CACHE
+    try:
+        for n, (lo, hi, worker) in enumerate([(0, 300, 0), (300, 320, 1), (320, 600, 0)]):
+            processing._CACHE = caches[worker]
+            chunk = events[lo:hi]
+            out = batch(runner, state, "in", 0, list(range(lo, hi)), [e.key for e in chunk],
+                        [e.value for e in chunk], [e.timestamp for e in chunk], emit_time_ms=5)
+            if n == 1:  # worker 1 restored from the snapshot, reading only the buckets of 20 records' keys
+                assert out.stats["state_cache_hit"] == 0
+        # worker 1 is a batch behind; the entry's keys are spread over buckets it never read
+        assert processing.spool_catch_up(caches[1]) == 0
+        processing._CACHE = caches[1]
+        out = batch(runner, state, "in", 0, [600], [events[0].key], [events[0].value], [events[-1].timestamp],
+                    emit_time_ms=5)
+        assert out.stats["state_cache_hit"] == 0 and out.stats["state_log_replayed"] == 1
+    finally:
+        processing._CACHE = saved
+
+
+def test_the_catch_up_thread_replays_while_the_worker_is_idle(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    events = payment_events(900, keys=20, partitions=1, seed=9, bad_fraction=0, late_fraction=0)
+    cfg = config("update", buckets=4, spool="t3")
+    runner = TaskRunner(cfg)
+    state = DictTaskState()
+    caches = [{}, {}]
+    saved = processing._CACHE
+    try:
+        def run(lo, hi, worker):
+            processing._CACHE = caches[worker]
+            chunk = events[lo:hi]
+            return batch(runner, state, "in", 0, list(range(lo, hi)), [e.key for e in chunk],
+                         [e.value for e in chunk], [e.timestamp for e in chunk], emit_time_ms=5)
+
+        run(0, 300, 1)
+        processing._CACHE = caches[0]
+        run(300, 600, 0)  # worker 1 is now one batch behind; its thread (this process's) catches up
+        processing._CACHE = caches[1]
+        deadline = time.monotonic() + 30
+        while caches[1][(cfg, "in", 0)].token != state.task[1]:
+            assert time.monotonic() < deadline, "the catch-up thread did not replay the shared entry"
+            time.sleep(0.01)
+        out = run(600, 900, 1)
+        assert out.stats["state_cache_hit"] == 1 and out.stats["state_log_replayed"] == 0
+        assert out.stats["state_log_shared"] == 1 and out.stats["state_log_shared_ns"] > 0
+    finally:
+        processing._CACHE = saved
+
+
+def test_the_tasks_of_a_topic_write_their_snapshots_in_different_batches():
+    """All tasks are created in one micro-batch (a snapshot each); after that their snapshots are staggered by
+    partition, so no later batch carries every task's snapshot write, and each task snapshots every 8th batch."""
+    cfg = config("update", buckets=8, snapshot_every=8)
+    runner = TaskRunner(cfg)
+    events = payment_events(4000, keys=40, partitions=4, seed=61, bad_fraction=0, late_fraction=0)
+    states = {p: DictTaskState() for p in range(4)}
+    by_part = defaultdict(list)
+    for e in events:
+        by_part[e.partition].append(e)
+    snapshots = defaultdict(list)  # batch -> partitions that wrote a snapshot
+    for n in range(30):
+        for p in range(4):
+            chunk = by_part[p][n * 30:(n + 1) * 30]
+            lo = n * 30
+            out = batch(runner, states[p], "in", p, list(range(lo, lo + len(chunk))), [e.key for e in chunk],
+                        [e.value for e in chunk], [e.timestamp for e in chunk], emit_time_ms=5)
+            if out.stats["state_snapshot"]:
+                snapshots[n].append(p)
+    assert snapshots[0] == [0, 1, 2, 3]  # creation
+    assert all(len(ps) == 1 for n, ps in snapshots.items() if n)
+    for p in range(4):
+        at = [n for n, ps in snapshots.items() if p in ps and n]
+        assert at and all(b - a == 8 for a, b in zip(at, at[1:]))

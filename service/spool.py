@@ -1,0 +1,116 @@
+"""State log entries shared between the Python workers of one machine, through local files.
+
+Spark hands a task to whichever Python worker is idle, so two workers take turns at a task's batches, and a
+worker whose cached processor is behind must replay the log entries it missed before it can start (see
+:class:`service.processing.TaskState`). That replay sits on the batch's critical path. Here every task batch
+also leaves its log entry in a local directory, named by the token it applies to; an idle worker replays the
+entries that follow its cached processors' tokens (``service.processing.spool_catch_up``), so it is usually
+up to date when the task comes back to it.
+
+The files are only a shortcut: the committed state and its log in Spark's state store stay the truth. An
+entry is used only when its token chain continues a cached processor's token exactly (an entry of a batch
+that failed and was retried leads to a token the state never commits, and the worker then restores from the
+store as before). On a cluster, workers on other machines do not see the files and catch up from the store.
+
+Layout::
+
+    <tmp>/slidingwindow-spool/<spool id>/<topic>-<partition>/<token applied to>   new token, "\\n", log entry
+
+Files older than :data:`KEEP_SECONDS` are removed by the next write to the same directory; the first write of a
+worker process also removes the old files and empty directories of other queries (other checkpoints).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+
+__all__ = ["KEEP_SECONDS", "spool_id", "spool_dir", "put", "get"]
+
+logger = logging.getLogger(__name__)
+
+#: how long an entry stays: a worker further behind than this catches up from the state store
+KEEP_SECONDS = 300.0
+
+_warned = False
+_swept: set[str] = set()
+
+
+def spool_id(checkpoint_dir: str) -> str:
+    """The spool id of a query: from its checkpoint directory (one running query per checkpoint)."""
+    return hashlib.sha256(os.path.abspath(checkpoint_dir).encode()).hexdigest()[:16]
+
+
+def spool_dir(spool_id: str, topic: str, partition: int) -> Path:
+    """The directory of one task's entries (Kafka topic names are safe in a path: ``[a-zA-Z0-9._-]``)."""
+    return Path(tempfile.gettempdir()) / "slidingwindow-spool" / spool_id / f"{topic}-{partition}"
+
+
+def _prune(d: Path, cutoff: float) -> None:
+    """Remove the files of ``d`` last written before ``cutoff`` (another worker may be doing the same)."""
+    with os.scandir(d) as it:
+        for e in it:
+            try:
+                if e.stat().st_mtime < cutoff:
+                    os.unlink(e.path)
+            except FileNotFoundError:
+                pass
+
+
+def _sweep(root: Path, cutoff: float) -> None:
+    """Old entries and empty directories of every query under ``root`` (once per worker process)."""
+    for query in root.iterdir():
+        for task in query.iterdir() if query.is_dir() else ():
+            _prune(task, cutoff)
+            try:
+                task.rmdir()  # only when empty
+            except OSError:
+                pass
+        try:
+            query.rmdir()
+        except OSError:
+            pass
+
+
+def _name(token: str) -> str:
+    return token.replace("/", "~")
+
+
+def put(spool_id: str, topic: str, partition: int, applied_to: str, new_token: str, entry: bytes) -> bool:
+    """Leave a log entry (applied to ``applied_to``, giving ``new_token``) for the other workers; False when the
+    file could not be written (logged once per process: the entry is only a shortcut)."""
+    global _warned
+    d = spool_dir(spool_id, topic, partition)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        name = _name(applied_to)
+        tmp = d / f".{name}.{os.getpid()}"
+        tmp.write_bytes(new_token.encode() + b"\n" + entry)
+        os.replace(tmp, d / name)  # atomic: a reader sees the whole entry or none
+        cutoff = time.time() - KEEP_SECONDS
+        if spool_id not in _swept:
+            _swept.add(spool_id)
+            _sweep(d.parent.parent, cutoff)
+        else:
+            _prune(d, cutoff)
+        return True
+    except OSError as e:
+        if not _warned:
+            _warned = True
+            logger.warning("cannot share state log entries through %s (%s); workers catch up from the state "
+                           "store instead", d, e)
+        return False
+
+
+def get(spool_id: str, topic: str, partition: int, token: str) -> tuple[str, bytes] | None:
+    """The entry that applies to ``token``: ``(new token, log entry)``, or ``None`` when there is none."""
+    try:
+        data = (spool_dir(spool_id, topic, partition) / _name(token)).read_bytes()
+    except OSError:
+        return None
+    new_token, sep, entry = data.partition(b"\n")
+    return (new_token.decode(), entry) if sep else None

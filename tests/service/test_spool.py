@@ -1,0 +1,51 @@
+"""service/spool.py: log entries shared between workers through local files."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+import pytest
+
+from service import spool
+
+
+@pytest.fixture
+def tmp_spool(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(spool, "_swept", set())
+    return tmp_path / "slidingwindow-spool"
+
+
+def test_an_entry_is_found_by_the_token_it_applies_to(tmp_spool):
+    sid = spool.spool_id("/ck/a")
+    assert sid == spool.spool_id("/ck/a") != spool.spool_id("/ck/b")
+    assert spool.put(sid, "payments", 3, "7/2", "8/0", b"entry\nwith newline")
+    assert spool.get(sid, "payments", 3, "7/2") == ("8/0", b"entry\nwith newline")
+    assert spool.get(sid, "payments", 3, "8/0") is None  # nothing applies to the newest token yet
+    assert spool.get(sid, "payments", 2, "7/2") is None  # another task
+
+
+def test_old_entries_and_abandoned_queries_are_removed(tmp_spool):
+    old = time.time() - spool.KEEP_SECONDS - 60
+    spool.put("gone", "t", 0, "1/0", "2/0", b"x")  # a query that stopped long ago
+    spool.put("live", "t", 0, "1/0", "2/0", b"x")
+    for sid in ("gone", "live"):
+        os.utime(spool.spool_dir(sid, "t", 0) / "1~0", (old, old))
+    spool._swept.clear()  # a new worker process
+    spool.put("live", "t", 0, "2/0", "3/0", b"y")
+    assert not (tmp_spool / "gone").exists()
+    assert spool.get("live", "t", 0, "1/0") is None
+    assert spool.get("live", "t", 0, "2/0") == ("3/0", b"y")
+
+
+def test_an_unwritable_spool_is_a_warning_not_an_error(tmp_spool, caplog, monkeypatch):
+    monkeypatch.setattr(spool, "_warned", False)
+    tmp_spool.parent.mkdir(parents=True, exist_ok=True)
+    tmp_spool.write_text("a file where the directory should be")
+    assert spool.put("q", "t", 0, "1/0", "2/0", b"x") is False
+    assert spool.put("q", "t", 0, "2/0", "3/0", b"x") is False
+    assert spool.get("q", "t", 0, "1/0") is None
+    warnings = [r for r in caplog.records if "cannot share state log entries" in r.getMessage()]
+    assert len(warnings) == 1  # once per process
