@@ -253,6 +253,8 @@ def latencies(bootstrap, topic, since_ms):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bootstrap-servers", default="")
+    ap.add_argument("--broker-config", default="", help="extra properties of the local broker, comma-separated "
+                    "k=v (e.g. log.cleaner.enable=false)")
     ap.add_argument("--records", type=int, default=300_000)
     ap.add_argument("--keys", type=int, default=10_000)
     ap.add_argument("--event-rate", type=float, default=2000.0, help="events per second of event time")
@@ -295,7 +297,8 @@ def main() -> int:
     if not bootstrap:
         from connectors.local_broker import LocalKafkaBroker
 
-        broker = LocalKafkaBroker(0, data_dir=work / "kafka")
+        extra = dict(kv.split("=", 1) for kv in args.broker_config.split(",") if kv.strip())
+        broker = LocalKafkaBroker(0, data_dir=work / "kafka", extra_config=extra)
         broker.start()
         bootstrap = broker.bootstrap_servers
     run = f"b{int(time.time())}"

@@ -63,6 +63,15 @@ def test_kafka_image_is_the_pinned_kafka_version():
     assert SERVICES["kafka"]["image"] == f"apache/kafka:{jvm_versions().kafka}"
 
 
+def test_kafka_log_cleaner_is_throttled_as_in_the_local_broker():
+    """The compose broker shares its machine with the service like the local one: the same cleaner throttle."""
+    template = (ROOT / "deploy" / "kafka" / "server.properties.in").read_text()
+    props = dict(line.split("=", 1) for line in template.splitlines() if "=" in line and not line.startswith("#"))
+    key = "log.cleaner.io.max.bytes.per.second"
+    assert int(props[key]) > 0
+    assert env_of("kafka")["KAFKA_" + key.upper().replace(".", "_")] == props[key]
+
+
 @pytest.mark.parametrize("name", sorted(SERVICES))
 def test_every_slidingwindow_variable_is_a_real_setting(name):
     unknown = {k for k in env_of(name) if k.startswith(ENV_PREFIX)} - SETTING_VARS
