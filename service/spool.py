@@ -86,11 +86,17 @@ def put(spool_id: str, topic: str, partition: int, applied_to: str, new_token: s
     global _warned
     d = spool_dir(spool_id, topic, partition)
     try:
-        d.mkdir(parents=True, exist_ok=True)
         name = _name(applied_to)
         tmp = d / f".{name}.{os.getpid()}"
-        tmp.write_bytes(new_token.encode() + b"\n" + entry)
-        os.replace(tmp, d / name)  # atomic: a reader sees the whole entry or none
+        for attempt in (1, 2):
+            d.mkdir(parents=True, exist_ok=True)
+            try:
+                tmp.write_bytes(new_token.encode() + b"\n" + entry)
+                os.replace(tmp, d / name)  # atomic: a reader sees the whole entry or none
+                break
+            except FileNotFoundError:
+                if attempt == 2:  # another worker's sweep removed the (then empty) directory twice
+                    raise
         cutoff = time.time() - KEEP_SECONDS
         if spool_id not in _swept:
             _swept.add(spool_id)

@@ -49,3 +49,21 @@ def test_an_unwritable_spool_is_a_warning_not_an_error(tmp_spool, caplog, monkey
     assert spool.get("q", "t", 0, "1/0") is None
     warnings = [r for r in caplog.records if "cannot share state log entries" in r.getMessage()]
     assert len(warnings) == 1  # once per process
+
+
+def test_a_directory_swept_away_by_another_worker_is_made_again(tmp_spool, monkeypatch):
+    from pathlib import Path
+
+    real = Path.write_bytes
+    calls = []
+
+    def racing_write(self, data):  # the other worker's sweep removes the empty directory after our mkdir
+        calls.append(self)
+        if len(calls) == 1:
+            self.parent.rmdir()
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", racing_write)
+    assert spool.put("q", "t", 0, "1/0", "2/0", b"x")
+    assert len(calls) == 2
+    assert spool.get("q", "t", 0, "1/0") == ("2/0", b"x")
