@@ -624,11 +624,8 @@ def _process_task_batch(
             else:
                 plan, first = None, None
     if proc is None:
-        source = _BucketSource(n_buckets)
+        proc, source = _new_processor(cfg, meta, n_buckets)
         source.bind(state)
-        proc = SlidingWindowProcessor.from_state(
-            cfg.windows, parse_aggregations(cfg.aggregations), cfg.emit, meta, source, **cfg.processor_options(),
-        )
         plan = [(cur.parity, i) for i in range(cur.entries)]
     for n, (parity, i) in enumerate(plan):  # type: ignore[arg-type]
         runner.replay(proc, (first if n == 0 and first is not None else _read_log(state, parity, i))[1])
@@ -684,8 +681,8 @@ def _process_task_batch(
         if len(_CACHE) >= CACHE_MAX_TASKS:
             _CACHE.pop(next(iter(_CACHE)))
         _CACHE[cache_key] = _Cached(new_token, proc, source, runner)
-        if cfg.log_spool and log is not None:
-            spool.put(cfg.log_spool, topic, partition, token, new_token, log)
+        if cfg.log_spool:  # a new task's first entry too (applied to "", the empty state)
+            spool.put(cfg.log_spool, topic, partition, token, new_token, log or encode_log(token, out.decoded))
     loaded, read_ns = source.loaded, source.read_ns + read_start
     s = out.stats
     s["windows_expired"] += proc.store.expired - expired_before
@@ -714,15 +711,26 @@ def _generation_length(every: int, cur: "_Token", partition: int) -> int:
     return every - (3 * partition) % every
 
 
+def _new_processor(cfg: TaskConfig, meta: Any, n_buckets: int) -> tuple[SlidingWindowProcessor, _BucketSource]:
+    """A task's processor at its snapshot (``meta`` None: a new task), keys loaded from its buckets on demand."""
+    source = _BucketSource(n_buckets)
+    proc = SlidingWindowProcessor.from_state(
+        cfg.windows, parse_aggregations(cfg.aggregations), cfg.emit, meta, source, **cfg.processor_options(),
+    )
+    return proc, source
+
+
 def spool_catch_up(cache: dict[tuple[Any, str, int], _Cached] | None = None, limit: int | None = None) -> int:
     """Replay into the cached processors (``cache``: this worker's) the next shared log entry of each task
     (:mod:`service.spool`) that continues its token, ``limit`` entries at most; returns how many were replayed.
 
-    A processor stays as it is when its entry needs a key bucket it has not read yet (the state store is only
-    reachable inside a task batch): the task batch then catches up from the store. A replay that fails drops
-    the processor from the cache."""
+    A task of a query this worker runs (some other task of it is cached) that it has never seen, and whose
+    first batch left its entry, gets a processor built from that entry: the task's state after its first batch
+    is exactly what those records made. A processor stays as it is when its entry needs a key bucket it has
+    not read yet (the state store is only reachable inside a task batch): the task batch then catches up from
+    the store. A replay that fails drops the processor from the cache."""
     cache = _CACHE if cache is None else cache
-    done = 0
+    done = _adopt_new_tasks(cache, limit)
     for ck, c in list(cache.items()):
         cfg, topic, partition = ck
         if not cfg.log_spool or (limit is not None and done >= limit):
@@ -743,6 +751,35 @@ def spool_catch_up(cache: dict[tuple[Any, str, int], _Cached] | None = None, lim
             continue
         c.token = new_token
         done += 1
+    return done
+
+
+def _adopt_new_tasks(cache: dict[tuple[Any, str, int], _Cached], limit: int | None) -> int:
+    """Build processors for the tasks of the cached tasks' queries that ``cache`` does not hold yet, from
+    their first entries (:data:`service.spool.NEW_TASK`); returns how many."""
+    done = 0
+    runners = {cfg: c.runner for (cfg, _t, _p), c in cache.items() if cfg.log_spool}
+    for cfg, runner in runners.items():
+        for topic, partition in spool.tasks(cfg.log_spool):
+            ck = (cfg, topic, partition)
+            if ck in cache or len(cache) >= CACHE_MAX_TASKS or (limit is not None and done >= limit):
+                continue
+            found = spool.get(cfg.log_spool, topic, partition, "")
+            if found is None:
+                continue
+            new_token, entry = found
+            try:
+                applied_to, records = decode_log(entry)
+                if applied_to:
+                    continue
+                proc, source = _new_processor(cfg, None, cfg.state_buckets)
+                runner.replay(proc, records)
+            except Exception:  # noqa: BLE001 - a shortcut only: the task batch restores from the store
+                logger.warning("building %s-%d from its shared first entry failed", topic, partition,
+                               exc_info=True)
+                continue
+            cache[ck] = _Cached(new_token, proc, source, runner)
+            done += 1
     return done
 
 

@@ -260,7 +260,8 @@ class Settings:
                                         "(validated against the state store; false: always read the store)")
     state_log_share: bool = _s(True, _bool, "also leave each task batch's log entry in a local temp directory, so "
                                "an idle Python worker on the same machine replays the batches another worker ran "
-                               "and is up to date when Spark hands it the task (needs state_cache)")
+                               "(from a new task's first batch on) and is up to date when Spark hands it the task "
+                               "(needs state_cache)")
     app_name: str = _s("slidingwindow", _nonempty, "Spark application name", "NAME")
     spark_conf: tuple[tuple[str, str], ...] = _s((), _kafka_options, "extra Spark settings (k=v,k=v)", "K=V,...",
                                                  show=lambda v: ",".join(f"{k}={x}" for k, x in v))

@@ -15,6 +15,11 @@ store as before). On a cluster, workers on other machines do not see the files a
 Layout::
 
     <tmp>/slidingwindow-spool/<spool id>/<topic>-<partition>/<token applied to>   new token, "\\n", log entry
+    <tmp>/slidingwindow-spool/<spool id>/<topic>-<partition>/@new                 the same, of the task's first batch
+
+A task's first batch (it created the task: its state is exactly what its records made) leaves its records as
+the entry ``@new``, so an idle worker that has never run the task builds its processor from nothing and follows
+the chain from there, instead of restoring it from the store the first time Spark hands it the task.
 
 Files older than :data:`KEEP_SECONDS` are removed by the next write to the same directory; the first write of a
 worker process also removes the old files and empty directories of other queries (other checkpoints).
@@ -29,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["KEEP_SECONDS", "spool_id", "spool_dir", "put", "get"]
+__all__ = ["KEEP_SECONDS", "NEW_TASK", "spool_id", "spool_dir", "tasks", "put", "get"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +52,11 @@ def spool_id(checkpoint_dir: str) -> str:
 
 def spool_dir(spool_id: str, topic: str, partition: int) -> Path:
     """The directory of one task's entries (Kafka topic names are safe in a path: ``[a-zA-Z0-9._-]``)."""
-    return Path(tempfile.gettempdir()) / "slidingwindow-spool" / spool_id / f"{topic}-{partition}"
+    return _query_dir(spool_id) / f"{topic}-{partition}"
+
+
+def _query_dir(spool_id: str) -> Path:
+    return Path(tempfile.gettempdir()) / "slidingwindow-spool" / spool_id
 
 
 def _prune(d: Path, cutoff: float) -> None:
@@ -76,8 +85,26 @@ def _sweep(root: Path, cutoff: float) -> None:
             pass
 
 
+#: the file name of a task's first entry (applied to no state: the batch that created the task)
+NEW_TASK = "@new"
+
+
 def _name(token: str) -> str:
-    return token.replace("/", "~")
+    return token.replace("/", "~") if token else NEW_TASK
+
+
+def tasks(spool_id: str) -> list[tuple[str, int]]:
+    """The ``(topic, partition)`` of every task of the query that has entries here."""
+    try:
+        names = os.listdir(_query_dir(spool_id))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        topic, sep, partition = name.rpartition("-")
+        if sep and partition.isdigit():
+            out.append((topic, int(partition)))
+    return out
 
 
 def put(spool_id: str, topic: str, partition: int, applied_to: str, new_token: str, entry: bytes) -> bool:

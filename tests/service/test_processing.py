@@ -411,6 +411,48 @@ def test_a_shared_entry_that_needs_an_unread_bucket_waits_for_the_task(spool_her
         processing._CACHE = saved
 
 
+@pytest.mark.parametrize("emit", ["update", "close"])
+def test_an_idle_worker_builds_a_task_it_never_ran_from_its_first_entry(spool_here, emit):
+    """Worker 1 runs partition 0 only; worker 0 creates partition 1. Worker 1 builds partition 1's processor
+    from the first entry and follows its log while idle, so the first time it gets partition 1 it is a hit,
+    with the same output as one worker running everything."""
+    events = [e for e in payment_events(1500, keys=30, partitions=2, seed=5, bad_fraction=0)]
+    cfg = config(emit, buckets=8, snapshot_every=3, spool="t4")
+    runner = TaskRunner(cfg)
+    states = {0: DictTaskState(), 1: DictTaskState()}
+    parts = {p: [e for e in events if e.partition == p] for p in (0, 1)}
+    caches = [{}, {}]
+    saved = processing._CACHE
+    outs = []
+    try:
+        def run(p, lo, hi, worker):
+            processing._CACHE = caches[worker]
+            chunk = parts[p][lo:hi]
+            return batch(runner, states[p], "in", p, list(range(lo, lo + len(chunk))), [e.key for e in chunk],
+                         [e.value for e in chunk], [e.timestamp for e in chunk], emit_time_ms=5)
+
+        run(0, 0, 100, 1)
+        for lo in range(0, 400, 100):  # worker 0 runs partition 1's first four batches (one of them a snapshot)
+            outs.append(run(1, lo, lo + 100, 0))
+            while processing.spool_catch_up(caches[1]):
+                pass
+        assert caches[1][(cfg, "in", 1)].token == states[1].task[1]
+        out = run(1, 400, len(parts[1]), 1)
+        outs.append(out)
+        assert out.stats["state_cache_hit"] == 1 and out.stats["state_log_replayed"] == 0
+        while processing.spool_catch_up(caches[0]):  # worker 0 adopts partition 0 and follows partition 1
+            pass
+        assert {p: c.token for (_cfg, _t, p), c in caches[0].items()} == {p: states[p].task[1] for p in (0, 1)}
+    finally:
+        processing._CACHE = saved
+    one = {0: DictTaskState(), 1: DictTaskState()}
+    alone = [batch(runner, one[1], "in", 1, list(range(lo, lo + len(parts[1][lo:hi]))),
+                   [e.key for e in parts[1][lo:hi]], [e.value for e in parts[1][lo:hi]],
+                   [e.timestamp for e in parts[1][lo:hi]], emit_time_ms=5)
+             for lo, hi in [(0, 100), (100, 200), (200, 300), (300, 400), (400, len(parts[1]))]]
+    assert [(o.kind, o.key, o.value) for o in outs] == [(o.kind, o.key, o.value) for o in alone]
+
+
 def test_the_catch_up_thread_replays_while_the_worker_is_idle(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     events = payment_events(900, keys=20, partitions=1, seed=9, bad_fraction=0, late_fraction=0)
