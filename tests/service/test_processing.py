@@ -65,6 +65,19 @@ def batch(runner, state, *args, process=process_task_batch, **kw):
         view.open = False
 
 
+def run_slice(runner, state, partition, events, lo, hi, cache=None, process=None):
+    """One micro-batch of ``events[lo:hi]`` (offsets ``lo``...) on ``partition``, emit time 5; ``cache``: the
+    worker cache it runs on (sets ``processing._CACHE``; the caller restores it)."""
+    if cache is not None:
+        processing._CACHE = cache
+    chunk = events[lo:hi]
+    args = ("in", partition, list(range(lo, lo + len(chunk))), [e.key for e in chunk], [e.value for e in chunk],
+            [e.timestamp for e in chunk])
+    if process is not None:
+        return process(runner, state, *args, emit_time_ms=5)
+    return batch(runner, state, *args, emit_time_ms=5)
+
+
 def run_in_batches(cfg: TaskConfig, events, seed: int = 1, fail_every: int = 0, states=None, workers: int = 1):
     """Feed each partition in random-sized micro-batches, state only in DictTaskState (and the worker cache)
     between them. ``fail_every``: every n-th batch is run, thrown away (state rolled back, as Spark does for
@@ -294,9 +307,7 @@ def test_a_task_written_uncompressed_goes_on_with_compressed_buckets():
     rows = []
     third = len(events) // 3
     for lo, hi in ((0, third), (third, 2 * third), (2 * third, len(events))):
-        chunk = events[lo:hi]
-        out = process_task_batch(runner, state, "in", 0, list(range(lo, hi)), [e.key for e in chunk],
-                                 [e.value for e in chunk], [e.timestamp for e in chunk], emit_time_ms=5)
+        out = run_slice(runner, state, 0, events, lo, hi, process=process_task_batch)
         rows += [(k, v) for kind, k, v in zip(out.kind, out.key, out.value) if kind == "changelog"]
         if lo == 0:  # as an older version would have left it
             state.buckets = {b: pickle.dumps(decode_bucket(d), protocol=5) for b, d in state.buckets.items()}
@@ -326,11 +337,8 @@ def test_batches_between_snapshots_write_one_log_entry_and_stale_workers_replay_
     saved = processing._CACHE
     try:
         for n, lo in enumerate(range(0, len(events), 100)):
-            processing._CACHE = caches[turns[n]]
-            chunk = events[lo:lo + 100]
             buckets_before = {b: d for b, d in state.buckets.items() if b >= 0}
-            out = batch(runner, state, "in", 0, list(range(lo, lo + len(chunk))), [e.key for e in chunk],
-                        [e.value for e in chunk], [e.timestamp for e in chunk], emit_time_ms=5)
+            out = run_slice(runner, state, 0, events, lo, lo + 100, cache=caches[turns[n]])
             rows += [(k, v) for kind, k, v in zip(out.kind, out.key, out.value) if kind == "changelog"]
             stats.append(out.stats)
             log = {b for b in state.buckets if b < 0}
@@ -395,10 +403,7 @@ def test_a_shared_entry_that_needs_an_unread_bucket_waits_for_the_task(spool_her
     saved = processing._CACHE
     try:
         for n, (lo, hi, worker) in enumerate([(0, 300, 0), (300, 320, 1), (320, 600, 0)]):
-            processing._CACHE = caches[worker]
-            chunk = events[lo:hi]
-            out = batch(runner, state, "in", 0, list(range(lo, hi)), [e.key for e in chunk],
-                        [e.value for e in chunk], [e.timestamp for e in chunk], emit_time_ms=5)
+            out = run_slice(runner, state, 0, events, lo, hi, cache=caches[worker])
             if n == 1:  # worker 1 restored from the snapshot, reading only the buckets of 20 records' keys
                 assert out.stats["state_cache_hit"] == 0
         # worker 1 is a batch behind; the entry's keys are spread over buckets it never read
@@ -426,10 +431,7 @@ def test_an_idle_worker_builds_a_task_it_never_ran_from_its_first_entry(spool_he
     outs = []
     try:
         def run(p, lo, hi, worker):
-            processing._CACHE = caches[worker]
-            chunk = parts[p][lo:hi]
-            return batch(runner, states[p], "in", p, list(range(lo, lo + len(chunk))), [e.key for e in chunk],
-                         [e.value for e in chunk], [e.timestamp for e in chunk], emit_time_ms=5)
+            return run_slice(runner, states[p], p, parts[p], lo, hi, cache=caches[worker])
 
         run(0, 0, 100, 1)
         for lo in range(0, 400, 100):  # worker 0 runs partition 1's first four batches (one of them a snapshot)
@@ -445,10 +447,8 @@ def test_an_idle_worker_builds_a_task_it_never_ran_from_its_first_entry(spool_he
         assert {p: c.token for (_cfg, _t, p), c in caches[0].items()} == {p: states[p].task[1] for p in (0, 1)}
     finally:
         processing._CACHE = saved
-    one = {0: DictTaskState(), 1: DictTaskState()}
-    alone = [batch(runner, one[1], "in", 1, list(range(lo, lo + len(parts[1][lo:hi]))),
-                   [e.key for e in parts[1][lo:hi]], [e.value for e in parts[1][lo:hi]],
-                   [e.timestamp for e in parts[1][lo:hi]], emit_time_ms=5)
+    one = DictTaskState()  # partition 1 on one worker from the start
+    alone = [run_slice(runner, one, 1, parts[1], lo, hi)
              for lo, hi in [(0, 100), (100, 200), (200, 300), (300, 400), (400, len(parts[1]))]]
     assert [(o.kind, o.key, o.value) for o in outs] == [(o.kind, o.key, o.value) for o in alone]
 
@@ -463,10 +463,7 @@ def test_the_catch_up_thread_replays_while_the_worker_is_idle(tmp_path, monkeypa
     saved = processing._CACHE
     try:
         def run(lo, hi, worker):
-            processing._CACHE = caches[worker]
-            chunk = events[lo:hi]
-            return batch(runner, state, "in", 0, list(range(lo, hi)), [e.key for e in chunk],
-                         [e.value for e in chunk], [e.timestamp for e in chunk], emit_time_ms=5)
+            return run_slice(runner, state, 0, events, lo, hi, cache=caches[worker])
 
         run(0, 300, 1)
         processing._CACHE = caches[0]
@@ -496,10 +493,7 @@ def test_the_tasks_of_a_topic_write_their_snapshots_in_different_batches():
     snapshots = defaultdict(list)  # batch -> partitions that wrote a snapshot
     for n in range(30):
         for p in range(4):
-            chunk = by_part[p][n * 30:(n + 1) * 30]
-            lo = n * 30
-            out = batch(runner, states[p], "in", p, list(range(lo, lo + len(chunk))), [e.key for e in chunk],
-                        [e.value for e in chunk], [e.timestamp for e in chunk], emit_time_ms=5)
+            out = run_slice(runner, states[p], p, by_part[p], n * 30, (n + 1) * 30)
             if out.stats["state_snapshot"]:
                 snapshots[n].append(p)
     assert snapshots[0] == [0, 1, 2, 3]  # creation
