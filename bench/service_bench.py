@@ -255,6 +255,8 @@ def main() -> int:
     ap.add_argument("--bootstrap-servers", default="")
     ap.add_argument("--broker-config", default="", help="extra properties of the local broker, comma-separated "
                     "k=v (e.g. log.cleaner.enable=false)")
+    ap.add_argument("--service-settings", default="", help="extra settings of the service, comma-separated "
+                    "name=value (e.g. state_log_share=false)")
     ap.add_argument("--records", type=int, default=300_000)
     ap.add_argument("--keys", type=int, default=10_000)
     ap.add_argument("--event-rate", type=float, default=2000.0, help="events per second of event time")
@@ -319,6 +321,7 @@ def main() -> int:
             base["state_buckets"] = args.state_buckets
         if args.service_state_partitions:
             base["state_partitions"] = args.service_state_partitions
+        base.update(kv.split("=", 1) for kv in args.service_settings.split(",") if kv.strip())
         base.update(kw)
         return Settings(**base)
 
