@@ -294,8 +294,9 @@ def task_slot(state_partitions: int):  # -> Column
 
     n = int(state_partitions)
     target = f"pmod(pmod(hash(topic), {n}) + partition, {n})"
-    hits = f"transform(sequence(0, {TASK_SLOTS - 1}), s -> pmod(hash(topic, partition, s), {n}) = {target})"
-    return (F.expr(f"array_position({hits}, true)") - 1).cast("int")
+    # evaluated per input row: a CASE stops at the first slot that fits (n hashes on average, not TASK_SLOTS)
+    whens = " ".join(f"WHEN pmod(hash(topic, partition, {s}), {n}) = {target} THEN {s}" for s in range(TASK_SLOTS))
+    return F.expr(f"CASE {whens} ELSE -1 END").cast("int")
 
 
 def checkpoint_state_partitions(checkpoint_dir: str) -> int | None:

@@ -1,0 +1,52 @@
+"""service/job.py pieces that run inside Spark (a local SparkSession, no Kafka)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[object]:
+    pytest.importorskip("pyspark")
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    existing = SparkSession.getActiveSession()
+    session = existing or (
+        SparkSession.builder.master("local[1]").appName("slidingwindow-test-job")
+        .config("spark.ui.enabled", "false").getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        if existing is None:
+            session.stop()
+
+
+def test_task_slot_is_the_first_slot_that_lands_on_the_target(spark):
+    """The slot is part of every task's state key: it must stay exactly the smallest s in [0, TASK_SLOTS) with
+    pmod(hash(topic, partition, s), n) = the target (the definition the first checkpoints were written with,
+    evaluated with all TASK_SLOTS hashes), for any topic, partition and n - and put each task on its target."""
+    from pyspark.sql import functions as F
+
+    from service.job import TASK_SLOTS, task_slot
+
+    rows = [(t, p) for t in ("in", "payments", "a.b-c_9", "x" * 200) for p in range(48)]
+    df = spark.createDataFrame(rows, "topic string, partition int")
+    for n in (1, 2, 3, 4, 7):
+        target = f"pmod(pmod(hash(topic), {n}) + partition, {n})"
+        hits = f"transform(sequence(0, {TASK_SLOTS - 1}), s -> pmod(hash(topic, partition, s), {n}) = {target})"
+        got = df.select("topic", "partition", task_slot(n).alias("slot"),
+                        (F.expr(f"array_position({hits}, true)") - 1).cast("int").alias("reference"),
+                        F.pmod(F.hash("topic", "partition", task_slot(n)), F.lit(n)).alias("lands"),
+                        F.expr(target).alias("target")).collect()
+        assert [r.slot for r in got] == [r.reference for r in got]
+        assert all(r.slot >= 0 and r.lands == r.target for r in got)
