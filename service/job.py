@@ -294,7 +294,7 @@ def task_slot(state_partitions: int):  # -> Column
 
     n = int(state_partitions)
     target = f"pmod(pmod(hash(topic), {n}) + partition, {n})"
-    # evaluated per input row: a CASE stops at the first slot that fits (n hashes on average, not TASK_SLOTS)
+    # evaluated per input row: a CASE stops at the first slot that fits (n candidates on average, not TASK_SLOTS)
     whens = " ".join(f"WHEN pmod(hash(topic, partition, {s}), {n}) = {target} THEN {s}" for s in range(TASK_SLOTS))
     return F.expr(f"CASE {whens} ELSE -1 END").cast("int")
 

@@ -38,8 +38,10 @@ __all__ = ["KEEP_SECONDS", "NEW_TASK", "spool_id", "spool_dir", "tasks", "put", 
 
 logger = logging.getLogger(__name__)
 
-#: how long an entry stays: a worker further behind than this catches up from the state store
-KEEP_SECONDS = 300.0
+#: how long an entry stays: a worker further behind than this catches up from the state store. Entries are
+#: tens to hundreds of KB per task batch (zstd-compressed records), so this bounds the spool to roughly a
+#: minute of input per machine
+KEEP_SECONDS = 60.0
 
 _warned = False
 _swept: set[str] = set()
