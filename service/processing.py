@@ -543,6 +543,9 @@ _tasks_waiting = 0  # task batches waiting for the lock: the catch-up thread ste
 _catch_up_thread: threading.Thread | None = None
 _shared_since_task = [0, 0]  # entries the catch-up thread replayed since the last task batch, and their ns
 SPOOL_POLL_SECONDS = 0.02
+#: tasks whose shared entries failed to replay in this worker: not built from their first entry again (a task
+#: batch brings them back from the store), so a bad entry is one warning, not one per poll
+_NOT_ADOPTED: set[tuple[Any, str, int]] = set()
 
 
 def process_task_batch(
@@ -748,6 +751,7 @@ def spool_catch_up(cache: dict[tuple[Any, str, int], _Cached] | None = None, lim
             logger.warning("replaying a shared log entry of %s-%d failed; dropping the cached processor", topic,
                            partition, exc_info=True)
             cache.pop(ck, None)
+            _NOT_ADOPTED.add(ck)
             continue
         c.token = new_token
         done += 1
@@ -762,7 +766,8 @@ def _adopt_new_tasks(cache: dict[tuple[Any, str, int], _Cached], limit: int | No
     for cfg, runner in runners.items():
         for topic, partition in spool.tasks(cfg.log_spool):
             ck = (cfg, topic, partition)
-            if ck in cache or len(cache) >= CACHE_MAX_TASKS or (limit is not None and done >= limit):
+            if ck in cache or ck in _NOT_ADOPTED or len(cache) >= CACHE_MAX_TASKS or \
+                    (limit is not None and done >= limit):
                 continue
             found = spool.get(cfg.log_spool, topic, partition, "")
             if found is None:
@@ -777,6 +782,7 @@ def _adopt_new_tasks(cache: dict[tuple[Any, str, int], _Cached], limit: int | No
             except Exception:  # noqa: BLE001 - a shortcut only: the task batch restores from the store
                 logger.warning("building %s-%d from its shared first entry failed", topic, partition,
                                exc_info=True)
+                _NOT_ADOPTED.add(ck)
                 continue
             cache[ck] = _Cached(new_token, proc, source, runner)
             done += 1

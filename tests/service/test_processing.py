@@ -16,6 +16,7 @@ import pytest
 from connectors.output import ChangelogSpec
 from connectors.serde import InputSpec, aggregation_fields
 import service.processing as processing
+from service import spool
 from service.processing import (DictTaskState, TaskConfig, TaskRunner, TaskState, decode_bucket, encode_bucket,
                                 process_task_batch)
 from tests.service.events import changelog_final, payment_events, replay
@@ -451,6 +452,26 @@ def test_an_idle_worker_builds_a_task_it_never_ran_from_its_first_entry(spool_he
     alone = [run_slice(runner, one, 1, parts[1], lo, hi)
              for lo, hi in [(0, 100), (100, 200), (200, 300), (300, 400), (400, len(parts[1]))]]
     assert [(o.kind, o.key, o.value) for o in outs] == [(o.kind, o.key, o.value) for o in alone]
+
+
+def test_a_first_entry_that_cannot_be_replayed_is_one_warning(spool_here, caplog, monkeypatch):
+    """A damaged shared first entry is skipped for good (the task batch restores from the store): one warning,
+    not one per poll of the catch-up thread."""
+    monkeypatch.setattr(processing, "_NOT_ADOPTED", set())
+    events = payment_events(200, keys=10, partitions=1, seed=4, bad_fraction=0, late_fraction=0)
+    cfg = config("update", buckets=4, spool="t5")
+    runner = TaskRunner(cfg)
+    cache: dict = {}
+    saved = processing._CACHE
+    try:
+        run_slice(runner, DictTaskState(), 0, events, 0, 200, cache=cache)  # the worker knows the query
+    finally:
+        processing._CACHE = saved
+    spool.put("t5", "in", 1, "", "tok", b"not a log entry")
+    assert processing.spool_catch_up(cache) == 0
+    assert processing.spool_catch_up(cache) == 0
+    assert list(cache) == [(cfg, "in", 0)]
+    assert sum("first entry failed" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_the_catch_up_thread_replays_while_the_worker_is_idle(tmp_path, monkeypatch):
