@@ -3,12 +3,11 @@ source and sink with the Maven-resolved connector jars, and the detached broker 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -130,39 +129,6 @@ def test_cli_start_status_stop(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- Spark
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[object]:
-    """One local[2] SparkSession with the Kafka connector jars on spark.jars (session start is ~10 s)."""
-    pytest.importorskip("pyspark")
-    from pyspark.sql import SparkSession
-
-    from connectors.jars import spark_kafka_jars
-
-    jar_paths = [str(p) for p in spark_kafka_jars()]
-    existing = SparkSession.getActiveSession()  # reused (and left running) if another fixture made one
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    session = existing or (
-        SparkSession.builder.master("local[2]")
-        .appName("slidingwindow-test-connectors")
-        .config("spark.jars", ",".join(jar_paths))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    configured = session.sparkContext.getConf().get("spark.jars", "")
-    if not all(j in configured for j in jar_paths):
-        pytest.fail(f"a SparkSession without the Kafka connector jars already exists (spark.jars={configured!r})")
-    if existing is None:
-        session.sparkContext.setLogLevel("ERROR")
-    try:
-        yield session
-    finally:
-        if existing is None:
-            session.stop()
 
 
 @pytest.mark.timeout(600)

@@ -1,34 +1,10 @@
-"""service/job.py pieces that run inside Spark (a local SparkSession, no Kafka)."""
+"""service/job.py pieces that run inside Spark (the ``spark`` fixture of tests/conftest.py, no Kafka)."""
 
 from __future__ import annotations
-
-import os
-import sys
-from collections.abc import Iterator
 
 import pytest
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[object]:
-    pytest.importorskip("pyspark")
-    from pyspark.sql import SparkSession
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    existing = SparkSession.getActiveSession()
-    session = existing or (
-        SparkSession.builder.master("local[1]").appName("slidingwindow-test-job")
-        .config("spark.ui.enabled", "false").getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    try:
-        yield session
-    finally:
-        if existing is None:
-            session.stop()
 
 
 def test_task_slot_is_the_first_slot_that_lands_on_the_target(spark):
