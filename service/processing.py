@@ -32,7 +32,7 @@ from service import spool
 from service.metrics import LATENCY_BUCKETS_MS, LATENESS_BUCKETS_MS
 
 __all__ = ["TaskConfig", "TaskStats", "TaskOutput", "TaskRunner", "TaskState", "DictTaskState", "process_task_batch", "bucket_of",
-           "encode_bucket", "decode_bucket", "spool_catch_up",
+           "encode_bucket", "decode_bucket", "spool_catch_up", "stop_catch_up_thread",
            "OUTPUT_KINDS", "STATS_FIELDS"]
 
 logger = logging.getLogger(__name__)
@@ -541,6 +541,7 @@ CACHE_MAX_TASKS = 64
 _WORKER_LOCK = threading.Lock()
 _tasks_waiting = 0  # task batches waiting for the lock: the catch-up thread steps aside
 _catch_up_thread: threading.Thread | None = None
+_catch_up_stop = threading.Event()
 _shared_since_task = [0, 0]  # entries the catch-up thread replayed since the last task batch, and their ns
 SPOOL_POLL_SECONDS = 0.02
 #: tasks whose shared entries failed to replay in this worker: not built from their first entry again (a task
@@ -799,13 +800,22 @@ def _loadable(c: _Cached, records: Sequence[tuple[int, Any, Any, int]]) -> bool:
 def _start_catch_up_thread() -> None:
     global _catch_up_thread
     if _catch_up_thread is None or not _catch_up_thread.is_alive():
+        _catch_up_stop.clear()
         _catch_up_thread = threading.Thread(target=_catch_up_loop, name="slidingwindow-log-catch-up", daemon=True)
         _catch_up_thread.start()
 
 
+def stop_catch_up_thread() -> None:
+    """Stop this worker's catch-up thread (it is a daemon: a worker process does not need to; tests do). The next
+    task batch with ``log_spool`` starts it again."""
+    _catch_up_stop.set()
+    if _catch_up_thread is not None:
+        _catch_up_thread.join()
+
+
 def _catch_up_loop() -> None:
     """The idle worker's side: one shared entry at a time, never while a task batch waits for the worker."""
-    while True:
+    while not _catch_up_stop.is_set():
         n = 0
         if not _tasks_waiting:
             with _WORKER_LOCK:

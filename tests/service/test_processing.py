@@ -498,6 +498,7 @@ def test_the_catch_up_thread_replays_while_the_worker_is_idle(tmp_path, monkeypa
         assert out.stats["state_cache_hit"] == 1 and out.stats["state_log_replayed"] == 0
         assert out.stats["state_log_shared"] == 1 and out.stats["state_log_shared_ns"] > 0
     finally:
+        processing.stop_catch_up_thread()
         processing._CACHE = saved
 
 
