@@ -250,6 +250,11 @@ def latencies(bootstrap, topic, since_ms):
     return {"n": len(by_send), **_percentiles(by_send, ""), **_percentiles(by_event, "event_")}
 
 
+def _pairs(text: str) -> dict[str, str]:
+    """``k=v,k=v`` as a dict (the --broker-config and --service-settings flags)."""
+    return dict(kv.split("=", 1) for kv in text.split(",") if kv.strip())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bootstrap-servers", default="")
@@ -299,8 +304,7 @@ def main() -> int:
     if not bootstrap:
         from connectors.local_broker import LocalKafkaBroker
 
-        extra = dict(kv.split("=", 1) for kv in args.broker_config.split(",") if kv.strip())
-        broker = LocalKafkaBroker(0, data_dir=work / "kafka", extra_config=extra)
+        broker = LocalKafkaBroker(0, data_dir=work / "kafka", extra_config=_pairs(args.broker_config))
         broker.start()
         bootstrap = broker.bootstrap_servers
     run = f"b{int(time.time())}"
@@ -321,7 +325,7 @@ def main() -> int:
             base["state_buckets"] = args.state_buckets
         if args.service_state_partitions:
             base["state_partitions"] = args.service_state_partitions
-        base.update(kv.split("=", 1) for kv in args.service_settings.split(",") if kv.strip())
+        base.update(_pairs(args.service_settings))
         base.update(kw)
         return Settings(**base)
 

@@ -651,8 +651,8 @@ def _process_task_batch(
         snapshot_now = task is None or cur.entries + 1 >= _generation_length(cfg.state_snapshot_every, cur, partition)
         # every batch after the first logs its records; a snapshot batch's entry closes its generation, so a
         # worker that is behind it still catches up through the log
-        log = encode_log(token, out.decoded) if task is not None else None
-        if log is not None:
+        log = encode_log(token, out.decoded)  # a new task's too: shared as its first entry (applied to "")
+        if task is not None:
             state.put_bucket(log_slot(cur.entries, cur.parity), log)
         if snapshot_now:
             for k, blob in proc.export_keys(proc.dirty_keys()).items():
@@ -685,8 +685,8 @@ def _process_task_batch(
         if len(_CACHE) >= CACHE_MAX_TASKS:
             _CACHE.pop(next(iter(_CACHE)))
         _CACHE[cache_key] = _Cached(new_token, proc, source, runner)
-        if cfg.log_spool:  # a new task's first entry too (applied to "", the empty state)
-            spool.put(cfg.log_spool, topic, partition, token, new_token, log or encode_log(token, out.decoded))
+        if cfg.log_spool:
+            spool.put(cfg.log_spool, topic, partition, token, new_token, log)
     loaded, read_ns = source.loaded, source.read_ns + read_start
     s = out.stats
     s["windows_expired"] += proc.store.expired - expired_before
@@ -739,14 +739,11 @@ def spool_catch_up(cache: dict[tuple[Any, str, int], _Cached] | None = None, lim
         cfg, topic, partition = ck
         if not cfg.log_spool or (limit is not None and done >= limit):
             continue
-        found = spool.get(cfg.log_spool, topic, partition, c.token)
-        if found is None:
-            continue
-        new_token, entry = found
         try:
-            applied_to, records = decode_log(entry)
-            if applied_to != c.token or not _loadable(c, records):
+            found = _shared_entry(cfg, topic, partition, c.token)
+            if found is None or not _loadable(c, found[1]):
                 continue
+            new_token, records = found
             c.runner.replay(c.proc, records)
         except Exception:  # noqa: BLE001 - a shortcut only: the task batch restores from the store
             logger.warning("replaying a shared log entry of %s-%d failed; dropping the cached processor", topic,
@@ -770,14 +767,11 @@ def _adopt_new_tasks(cache: dict[tuple[Any, str, int], _Cached], limit: int | No
             if ck in cache or ck in _NOT_ADOPTED or len(cache) >= CACHE_MAX_TASKS or \
                     (limit is not None and done >= limit):
                 continue
-            found = spool.get(cfg.log_spool, topic, partition, "")
-            if found is None:
-                continue
-            new_token, entry = found
             try:
-                applied_to, records = decode_log(entry)
-                if applied_to:
+                found = _shared_entry(cfg, topic, partition, "")
+                if found is None:
                     continue
+                new_token, records = found
                 proc, source = _new_processor(cfg, None, cfg.state_buckets)
                 runner.replay(proc, records)
             except Exception:  # noqa: BLE001 - a shortcut only: the task batch restores from the store
@@ -788,6 +782,17 @@ def _adopt_new_tasks(cache: dict[tuple[Any, str, int], _Cached], limit: int | No
             cache[ck] = _Cached(new_token, proc, source, runner)
             done += 1
     return done
+
+
+def _shared_entry(cfg: TaskConfig, topic: str, partition: int, token: str) -> tuple[str, list[Any]] | None:
+    """The shared log entry applied to ``token`` (``""``: a new task's first), decoded: ``(new token, records)``;
+    ``None`` when there is none. Raises when the entry cannot be decoded."""
+    found = spool.get(cfg.log_spool, topic, partition, token)
+    if found is None:
+        return None
+    new_token, entry = found
+    applied_to, records = decode_log(entry)
+    return (new_token, records) if applied_to == token else None
 
 
 def _loadable(c: _Cached, records: Sequence[tuple[int, Any, Any, int]]) -> bool:
