@@ -13,7 +13,8 @@ producer. :class:`OutputProducer` instead produces the rows where they are made,
   client, so they are librdkafka names) plus :data:`PRODUCER_DEFAULTS`, which the Spark sink gets as well.
 
 One producer per worker process and configuration is kept (:func:`producer_for`): creating one costs a broker
-connection, and Python workers are reused across micro-batches.
+connection, and Python workers are reused across micro-batches; :func:`close_producers` closes them (a process
+that outlives its broker, e.g. a test session, calls it before the broker stops).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["PRODUCER_DEFAULTS", "DIRECT_PRODUCER_SETTINGS", "DeliveryError", "OutputProducer", "producer_config",
-           "producer_for", "check_producer_config"]
+           "producer_for", "close_producers", "check_producer_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +126,12 @@ class OutputProducer:
             raise DeliveryError(f"{len(errors)} of {sent} output records were not delivered, e.g. {errors[0]}")
         return sent
 
+    def close(self) -> None:
+        """Deliver whatever is still queued (librdkafka's close flushes, up to ``message.timeout.ms``), then stop
+        the producer's threads and connections. The producer refers to this object through its callbacks, so
+        without a close it lives until the garbage collector breaks that cycle."""
+        self._producer.close()
+
 
 _PRODUCERS: dict[tuple[int, tuple[tuple[str, str], ...]], OutputProducer] = {}
 
@@ -136,3 +143,11 @@ def producer_for(config: Mapping[str, str]) -> OutputProducer:
     if p is None:
         p = _PRODUCERS[key] = OutputProducer(config)
     return p
+
+
+def close_producers() -> None:
+    """Close and forget this process's cached producers (:func:`producer_for`), so none keeps reconnecting (and
+    logging "Connection refused") after the broker it wrote to has gone away. Records still queued are
+    delivered first (see :meth:`OutputProducer.close`)."""
+    for key in [k for k in _PRODUCERS if k[0] == os.getpid()]:
+        _PRODUCERS.pop(key).close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from connectors.producer import (
-    DeliveryError, OutputProducer, check_producer_config, producer_config, producer_for,
+    DeliveryError, OutputProducer, check_producer_config, close_producers, producer_config, producer_for,
 )
 
 
@@ -57,7 +57,12 @@ def test_write_delivers_everything_in_order(kafka_bootstrap, make_topic):
     headers = [[("offset", str(i).encode()), ("reason", b"late")] if i % 3 == 0 else None for i in range(n)]
     p = producer_for(producer_config(kafka_bootstrap))
     assert p is producer_for(producer_config(kafka_bootstrap))  # one per worker process and configuration
-    assert p.write(topics, keys, values, headers) == n
+    try:
+        assert p.write(topics, keys, values, headers) == n
+    finally:
+        close_producers()  # the session's broker outlives this test, not this process: no reconnect noise at exit
+    assert producer_for(producer_config(kafka_bootstrap)) is not p
+    close_producers()
 
     got = {t: consume_all(kafka_bootstrap, t) for t in (topic, other)}
     assert sorted(r.value for rs in got.values() for r in rs) == sorted(values)
@@ -76,8 +81,11 @@ def test_write_delivers_everything_in_order(kafka_bootstrap, make_topic):
 
 def test_undelivered_records_raise():
     p = OutputProducer({**producer_config("127.0.0.1:1"), "message.timeout.ms": "1500"})
-    with pytest.raises(DeliveryError, match="2 of 2 output records were not delivered"):
-        p.write(["t", "t"], [b"k", None], [b"v", b"w"], [None, [("h", b"x")]])
+    try:
+        with pytest.raises(DeliveryError, match="2 of 2 output records were not delivered"):
+            p.write(["t", "t"], [b"k", None], [b"v", b"w"], [None, [("h", b"x")]])
+    finally:
+        p.close()  # nothing is left queued; without it the producer retries port 1 until the process exits
 
 
 def test_rejected_settings_fail_at_start():
