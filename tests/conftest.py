@@ -69,6 +69,9 @@ def _kafka_from_local_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterat
     try:
         yield broker.bootstrap_servers
     finally:
+        from connectors.producer import close_producers
+
+        close_producers()  # a producer a test left in this process's cache would keep reconnecting
         broker.stop()
 
 
