@@ -82,7 +82,7 @@ class Producer(threading.Thread):
             delay = next_t - time.monotonic()
             if delay > 0:
                 self.stop_event.wait(delay)
-        self.producer.flush(10)
+        self.producer.close()  # delivers what is queued (flush), then disconnects before the broker stops
 
 
 class OutputWatcher(threading.Thread):
