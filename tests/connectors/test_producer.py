@@ -60,7 +60,7 @@ def test_write_delivers_everything_in_order(kafka_bootstrap, make_topic):
     try:
         assert p.write(topics, keys, values, headers) == n
     finally:
-        close_producers()  # the session's broker outlives this test, not this process: no reconnect noise at exit
+        close_producers()  # closed and forgotten: the next call makes a new one
     assert producer_for(producer_config(kafka_bootstrap)) is not p
     close_producers()
 
