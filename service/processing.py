@@ -13,6 +13,7 @@ Rows are plain Python lists so the Spark adapter (:mod:`service.job`) can turn t
 
 from __future__ import annotations
 
+import functools
 import logging
 import pickle
 import threading
@@ -21,7 +22,7 @@ import uuid
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Concatenate, NamedTuple, ParamSpec
 
 import numpy as np
 
@@ -549,6 +550,31 @@ SPOOL_POLL_SECONDS = 0.02
 _NOT_ADOPTED: set[tuple[Any, str, int]] = set()
 
 
+_P = ParamSpec("_P")
+_TaskBatch = Callable[Concatenate[TaskRunner, _P], TaskOutput]
+
+
+def _one_task_at_a_time(fn: _TaskBatch[_P]) -> _TaskBatch[_P]:
+    """Run ``fn`` (a task batch) under the worker lock, ahead of the catch-up thread (started here when the log
+    is shared), and add to its stats what that thread replayed since the previous task batch."""
+
+    @functools.wraps(fn)
+    def run(runner: TaskRunner, *args: _P.args, **kwargs: _P.kwargs) -> TaskOutput:
+        global _tasks_waiting, _shared_since_task
+        if runner.config.log_spool and runner.config.state_cache:
+            _start_catch_up_thread()
+        _tasks_waiting += 1
+        with _WORKER_LOCK:
+            _tasks_waiting -= 1
+            shared, _shared_since_task = _shared_since_task, [0, 0]
+            out = fn(runner, *args, **kwargs)
+        out.stats["state_log_shared"], out.stats["state_log_shared_ns"] = shared
+        return out
+
+    return run
+
+
+@_one_task_at_a_time
 def process_task_batch(
     runner: TaskRunner,
     state: TaskState,
@@ -574,31 +600,6 @@ def process_task_batch(
     With ``log_spool`` set, the batch's log entry is also left for the other Python workers of this machine
     (:mod:`service.spool`), and a thread of this worker replays the other workers' entries into its cached
     processors while no task batch runs (:func:`spool_catch_up`)."""
-    global _tasks_waiting, _shared_since_task
-    if runner.config.log_spool and runner.config.state_cache:
-        _start_catch_up_thread()
-    _tasks_waiting += 1
-    with _WORKER_LOCK:
-        _tasks_waiting -= 1
-        shared, _shared_since_task = _shared_since_task, [0, 0]
-        out = _process_task_batch(runner, state, topic, partition, offsets, keys, values, timestamps, emit_time_ms,
-                                  on_output)
-    out.stats["state_log_shared"], out.stats["state_log_shared_ns"] = shared
-    return out
-
-
-def _process_task_batch(
-    runner: TaskRunner,
-    state: TaskState,
-    topic: str,
-    partition: int,
-    offsets: Sequence[int],
-    keys: Sequence[bytes | None],
-    values: Sequence[bytes | None],
-    timestamps: Sequence[int | None],
-    emit_time_ms: int | None,
-    on_output: Callable[[TaskOutput], None] | None,
-) -> TaskOutput:
     cfg = runner.config
     use_cache = cfg.state_cache
     t_start = time.perf_counter_ns()
