@@ -68,7 +68,7 @@ def batch(runner, state, *args, process=process_task_batch, **kw):
 
 def run_slice(runner, state, partition, events, lo, hi, cache=None, process=None):
     """One micro-batch of ``events[lo:hi]`` (offsets ``lo``...) on ``partition``, emit time 5; ``cache``: the
-    worker cache it runs on (sets ``processing._CACHE``; the caller restores it)."""
+    worker cache it runs on (sets ``processing._CACHE``; put back after the test)."""
     if cache is not None:
         processing._CACHE = cache
     chunk = events[lo:hi]
@@ -77,6 +77,12 @@ def run_slice(runner, state, partition, events, lo, hi, cache=None, process=None
     if process is not None:
         return process(runner, state, *args, emit_time_ms=5)
     return batch(runner, state, *args, emit_time_ms=5)
+
+
+@pytest.fixture(autouse=True)
+def _worker_cache_put_back(monkeypatch):
+    """Tests switch Python workers by setting ``processing._CACHE`` (:func:`run_slice`); it is put back after each."""
+    monkeypatch.setattr(processing, "_CACHE", processing._CACHE)
 
 
 def run_in_batches(cfg: TaskConfig, events, seed: int = 1, fail_every: int = 0, states=None, workers: int = 1):
@@ -335,23 +341,19 @@ def test_batches_between_snapshots_write_one_log_entry_and_stale_workers_replay_
     caches = [{}, {}]
     turns = [0, 0, 1, 0, 1, 1, 1, 0, 1, 0, 0, 0]  # worker per batch
     rows, stats = [], []
-    saved = processing._CACHE
-    try:
-        for n, lo in enumerate(range(0, len(events), 100)):
-            buckets_before = {b: d for b, d in state.buckets.items() if b >= 0}
-            out = run_slice(runner, state, 0, events, lo, lo + 100, cache=caches[turns[n]])
-            rows += [(k, v) for kind, k, v in zip(out.kind, out.key, out.value) if kind == "changelog"]
-            stats.append(out.stats)
-            log = {b for b in state.buckets if b < 0}
-            if n % 4 == 0:  # a snapshot (the task's first batch is one): buckets written
-                assert out.stats["state_snapshot"] == 1 and out.stats["state_buckets_written"] > 0
-            else:
-                assert out.stats["state_snapshot"] == 0 and out.stats["state_buckets_written"] == 0
-                assert {b: d for b, d in state.buckets.items() if b >= 0} == buckets_before
-            # this generation's entries, and the generation before (closed by the snapshot batch's own entry)
-            assert len(log) == (n if n < 4 else 4 + n % 4)
-    finally:
-        processing._CACHE = saved
+    for n, lo in enumerate(range(0, len(events), 100)):
+        buckets_before = {b: d for b, d in state.buckets.items() if b >= 0}
+        out = run_slice(runner, state, 0, events, lo, lo + 100, cache=caches[turns[n]])
+        rows += [(k, v) for kind, k, v in zip(out.kind, out.key, out.value) if kind == "changelog"]
+        stats.append(out.stats)
+        log = {b for b in state.buckets if b < 0}
+        if n % 4 == 0:  # a snapshot (the task's first batch is one): buckets written
+            assert out.stats["state_snapshot"] == 1 and out.stats["state_buckets_written"] > 0
+        else:
+            assert out.stats["state_snapshot"] == 0 and out.stats["state_buckets_written"] == 0
+            assert {b: d for b, d in state.buckets.items() if b >= 0} == buckets_before
+        # this generation's entries, and the generation before (closed by the snapshot batch's own entry)
+        assert len(log) == (n if n < 4 else 4 + n % 4)
     assert changelog_final(rows) == exp.final
     replayed = [s["state_log_replayed"] for s in stats]
     hits = [s["state_cache_hit"] for s in stats]
@@ -401,20 +403,16 @@ def test_a_shared_entry_that_needs_an_unread_bucket_waits_for_the_task(spool_her
     runner = TaskRunner(cfg)
     state = DictTaskState()
     caches = [{}, {}]
-    saved = processing._CACHE
-    try:
-        for n, (lo, hi, worker) in enumerate([(0, 300, 0), (300, 320, 1), (320, 600, 0)]):
-            out = run_slice(runner, state, 0, events, lo, hi, cache=caches[worker])
-            if n == 1:  # worker 1 restored from the snapshot, reading only the buckets of 20 records' keys
-                assert out.stats["state_cache_hit"] == 0
-        # worker 1 is a batch behind; the entry's keys are spread over buckets it never read
-        assert processing.spool_catch_up(caches[1]) == 0
-        processing._CACHE = caches[1]
-        out = batch(runner, state, "in", 0, [600], [events[0].key], [events[0].value], [events[-1].timestamp],
-                    emit_time_ms=5)
-        assert out.stats["state_cache_hit"] == 0 and out.stats["state_log_replayed"] == 1
-    finally:
-        processing._CACHE = saved
+    for n, (lo, hi, worker) in enumerate([(0, 300, 0), (300, 320, 1), (320, 600, 0)]):
+        out = run_slice(runner, state, 0, events, lo, hi, cache=caches[worker])
+        if n == 1:  # worker 1 restored from the snapshot, reading only the buckets of 20 records' keys
+            assert out.stats["state_cache_hit"] == 0
+    # worker 1 is a batch behind; the entry's keys are spread over buckets it never read
+    assert processing.spool_catch_up(caches[1]) == 0
+    processing._CACHE = caches[1]
+    out = batch(runner, state, "in", 0, [600], [events[0].key], [events[0].value], [events[-1].timestamp],
+                emit_time_ms=5)
+    assert out.stats["state_cache_hit"] == 0 and out.stats["state_log_replayed"] == 1
 
 
 @pytest.mark.parametrize("emit", ["update", "close"])
@@ -428,28 +426,25 @@ def test_an_idle_worker_builds_a_task_it_never_ran_from_its_first_entry(spool_he
     states = {0: DictTaskState(), 1: DictTaskState()}
     parts = {p: [e for e in events if e.partition == p] for p in (0, 1)}
     caches = [{}, {}]
-    saved = processing._CACHE
     outs = []
-    try:
-        def run(p, lo, hi, worker):
-            return run_slice(runner, states[p], p, parts[p], lo, hi, cache=caches[worker])
 
-        run(0, 0, 100, 1)
-        for lo in range(0, 400, 100):  # worker 0 runs partition 1's first four batches (one of them a snapshot)
-            outs.append(run(1, lo, lo + 100, 0))
-            while processing.spool_catch_up(caches[1]):
-                pass
-        assert caches[1][(cfg, "in", 1)].token == states[1].task[1]
-        out = run(1, 400, len(parts[1]), 1)
-        outs.append(out)
-        assert out.stats["state_cache_hit"] == 1 and out.stats["state_log_replayed"] == 0
-        while processing.spool_catch_up(caches[0]):  # worker 0 adopts partition 0 and follows partition 1
+    def run(p, lo, hi, worker):
+        return run_slice(runner, states[p], p, parts[p], lo, hi, cache=caches[worker])
+
+    run(0, 0, 100, 1)
+    for lo in range(0, 400, 100):  # worker 0 runs partition 1's first four batches (one of them a snapshot)
+        outs.append(run(1, lo, lo + 100, 0))
+        while processing.spool_catch_up(caches[1]):
             pass
-        assert {p: c.token for (_cfg, _t, p), c in caches[0].items()} == {p: states[p].task[1] for p in (0, 1)}
-    finally:
-        processing._CACHE = saved
-    one = DictTaskState()  # partition 1 on one worker from the start
-    alone = [run_slice(runner, one, 1, parts[1], lo, hi)
+    assert caches[1][(cfg, "in", 1)].token == states[1].task[1]
+    out = run(1, 400, len(parts[1]), 1)
+    outs.append(out)
+    assert out.stats["state_cache_hit"] == 1 and out.stats["state_log_replayed"] == 0
+    while processing.spool_catch_up(caches[0]):  # worker 0 adopts partition 0 and follows partition 1
+        pass
+    assert {p: c.token for (_cfg, _t, p), c in caches[0].items()} == {p: states[p].task[1] for p in (0, 1)}
+    one, worker = DictTaskState(), {}  # partition 1 on one worker from the start
+    alone = [run_slice(runner, one, 1, parts[1], lo, hi, cache=worker)
              for lo, hi in [(0, 100), (100, 200), (200, 300), (300, 400), (400, len(parts[1]))]]
     assert [(o.kind, o.key, o.value) for o in outs] == [(o.kind, o.key, o.value) for o in alone]
 
@@ -462,11 +457,7 @@ def test_a_first_entry_that_cannot_be_replayed_is_one_warning(spool_here, caplog
     cfg = config("update", buckets=4, spool="t5")
     runner = TaskRunner(cfg)
     cache: dict = {}
-    saved = processing._CACHE
-    try:
-        run_slice(runner, DictTaskState(), 0, events, 0, 200, cache=cache)  # the worker knows the query
-    finally:
-        processing._CACHE = saved
+    run_slice(runner, DictTaskState(), 0, events, 0, 200, cache=cache)  # the worker knows the query
     spool.put("t5", "in", 1, "", "tok", b"not a log entry")
     assert processing.spool_catch_up(cache) == 0
     assert processing.spool_catch_up(cache) == 0
@@ -481,7 +472,6 @@ def test_the_catch_up_thread_replays_while_the_worker_is_idle(tmp_path, monkeypa
     runner = TaskRunner(cfg)
     state = DictTaskState()
     caches = [{}, {}]
-    saved = processing._CACHE
     try:
         def run(lo, hi, worker):
             return run_slice(runner, state, 0, events, lo, hi, cache=caches[worker])
@@ -499,7 +489,6 @@ def test_the_catch_up_thread_replays_while_the_worker_is_idle(tmp_path, monkeypa
         assert out.stats["state_log_shared"] == 1 and out.stats["state_log_shared_ns"] > 0
     finally:
         processing.stop_catch_up_thread()
-        processing._CACHE = saved
 
 
 def test_the_tasks_of_a_topic_write_their_snapshots_in_different_batches():
