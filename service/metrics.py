@@ -144,7 +144,8 @@ state_snapshots = Counter(P + "state_snapshots_total", "Task batches that wrote 
 task_batches = Counter(P + "task_batches_total", "Task micro-batches processed (one per input partition with "
                        "data per micro-batch)", registry=REGISTRY)
 worker_seconds = Counter(P + "worker_seconds_total", "Time in the Python tasks, by phase "
-                         "(process includes state_read and state_write; produce: sink=direct writing output; catch_up: an idle worker replaying shared log entries)",
+                         "(process includes state_read and state_write; produce: sink=direct writing output; "
+                         "catch_up: an idle worker replaying shared log entries)",
                          ["phase"], registry=REGISTRY)
 lag_poll_errors = Counter(P + "consumer_lag_poll_errors_total", "Failed broker end-offset queries",
                           registry=REGISTRY)
