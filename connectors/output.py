@@ -34,8 +34,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from fastavro import parse_schema, schemaless_writer
 
+from . import avro_columns
 from .avro import frame
 
 __all__ = [
@@ -150,7 +152,8 @@ class ChangelogEncoder:
         if spec.value_format == "avro" and spec.value_schema_id is None:
             raise ValueError("avro changelog values need a registered value schema id")
         self.spec = spec
-        self._names = [n for n, _ in aggregate_types(spec.aggregations)]
+        self._types = aggregate_types(spec.aggregations)
+        self._names = [n for n, _ in self._types]
         self._single = len(self._names) == 1
         self._key_schema = parse_schema(changelog_key_schema())
         self._value_schema = parse_schema(changelog_value_schema(spec.aggregations))
@@ -219,6 +222,11 @@ class ChangelogEncoder:
         keys = cols["key"]
         if not len(keys):
             return [], []
+        key_piece = self._avro_key_piece(keys) if "avro" in (self.spec.key_format, self.spec.value_format) else None
+        avro_keys = self._avro_keys(cols, key_piece) if self.spec.key_format == "avro" else None
+        avro_values = self._avro_values(cols, key_piece, emit_time) if self.spec.value_format == "avro" else None
+        if avro_keys is not None and avro_values is not None:
+            return avro_keys, avro_values
         starts = _tolist(cols["start"])
         ends = _tolist(cols["end"])
         tss = _tolist(cols["ts"])
@@ -235,6 +243,8 @@ class ChangelogEncoder:
             out_keys = _encode_rows('{"key":%s,"window_start":%d,"window_end":%d}', zip(jk, starts, ends))
         elif kfmt == "string":
             out_keys = [f"{k}|{s}|{e}".encode("utf-8") for k, s, e in zip(keys, starts, ends)]
+        elif avro_keys is not None:
+            out_keys = avro_keys
         else:
             out_keys = [self.key(k, s, e) for k, s, e in zip(keys, starts, ends)]
 
@@ -252,6 +262,8 @@ class ChangelogEncoder:
             template = ('{"key":%s,"window_start":%d,"window_end":%d,"record_count":%d,"max_timestamp":%d,'
                         f'"emit_time":{int(emit_time)},"aggregates":{{{aggregates}}}}}')
             out_values = _encode_rows(template, zip(jk, starts, ends, counts, tss, *agg_cols))
+        elif avro_values is not None:
+            out_values = avro_values
         else:
             aggs = [_tolist(a) for a in raw_aggs]
             names = self._names
@@ -264,6 +276,84 @@ class ChangelogEncoder:
                     v = {n: a[i] for n, a in zip(names, aggs)}
                 out_values.append(vf(k, s, e, v, t, c, emit_time))
         return out_keys, out_values
+
+    @staticmethod
+    def _avro_key_piece(keys: Sequence[Any]) -> avro_columns.Piece | None:
+        try:
+            return avro_columns.strings(keys)
+        except (TypeError, UnicodeError):
+            return None
+
+    def _avro_keys(self, cols: dict[str, Any], key: avro_columns.Piece | None) -> list[bytes] | None:
+        """Avro keys of all rows at once (:mod:`connectors.avro_columns`); ``None`` when a column does not fit
+        (the caller then encodes row by row with fastavro, which gives the same bytes or the error)."""
+        start, end = _int64(cols["start"]), _int64(cols["end"])
+        if key is None or start is None or end is None:
+            return None
+        return avro_columns.encode_rows(len(start), [avro_columns.constant(self._key_frame), key,
+                                                     avro_columns.longs(start), avro_columns.longs(end)])
+
+    def _avro_values(self, cols: dict[str, Any], key: avro_columns.Piece | None, emit_time: int) -> list[bytes] | None:
+        """Avro values of all rows at once, like :meth:`_avro_keys`: integer columns as longs, float columns as
+        doubles, each aggregate in the union branch fastavro would pick for it."""
+        ints = [_int64(cols[c]) for c in ("start", "end", "count", "ts")]
+        if key is None or any(a is None for a in ints):
+            return None
+        start, end, count, ts = ints
+        pieces = [avro_columns.constant(self._value_frame), key, avro_columns.longs(start),
+                  avro_columns.longs(end), avro_columns.longs(count), avro_columns.longs(ts),
+                  avro_columns.constant(avro_columns.zigzag_varint(int(emit_time)))]
+        for name, avro_type in self._types:
+            field = _avro_field(avro_type, cols["values"][name])
+            if field is None:
+                return None
+            pieces.extend(field)
+        return avro_columns.encode_rows(len(start), pieces)
+
+
+def _avro_field(avro_type: Any, col: Any) -> list[avro_columns.Piece] | None:
+    """The pieces of one aggregate column of Avro type ``avro_type`` (``long`` or a union of ``null``, ``long``,
+    ``double``, ...), or ``None`` when the column is not all int64 or all float64 (nulls, mixed, Decimal, bool)."""
+    ints = _int64(col)
+    if avro_type == "long":
+        return None if ints is None else [avro_columns.longs(ints)]
+    if not isinstance(avro_type, list):
+        return None
+    if ints is not None:
+        if "long" not in avro_type:
+            return None
+        branch = avro_columns.zigzag_varint(avro_type.index("long"))
+        return [avro_columns.constant(branch), avro_columns.longs(ints)]
+    floats = _float64(col)
+    if floats is None or "double" not in avro_type:
+        return None
+    branch = avro_columns.zigzag_varint(avro_type.index("double"))
+    return [avro_columns.constant(branch), avro_columns.doubles(floats)]
+
+
+def _int64(col: Any) -> np.ndarray | None:
+    """``col`` as int64 when every value is an integer within int64 (not a bool); else ``None``."""
+    dtype = getattr(col, "dtype", None)
+    if dtype is not None and dtype != object:
+        if dtype.kind == "i" or (dtype.kind == "u" and (not len(col) or int(col.max()) < 2**63)):
+            return col.astype(np.int64, copy=False)
+        return None
+    if not _all_ints(col):
+        return None
+    try:
+        return np.array(col, dtype=np.int64)
+    except OverflowError:
+        return None
+
+
+def _float64(col: Any) -> np.ndarray | None:
+    """``col`` as float64 when every value is a float; else ``None``."""
+    dtype = getattr(col, "dtype", None)
+    if dtype is not None and dtype != object:
+        return col.astype(np.float64, copy=False) if dtype.kind == "f" else None
+    if not all(type(v) is float for v in col):
+        return None
+    return np.array(col, dtype=np.float64)
 
 
 def _encode_rows(template: str, rows: Any) -> list[bytes]:
