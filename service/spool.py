@@ -72,12 +72,21 @@ def _prune(d: Path, cutoff: float) -> None:
                 pass
 
 
+def _subdirs(d: Path) -> list[Path]:
+    """The directories in ``d``; none when ``d`` is gone (another worker's sweep removed it meanwhile)."""
+    try:
+        return [p for p in d.iterdir() if p.is_dir()]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
 def _sweep(root: Path, cutoff: float) -> None:
-    """Old entries and empty directories of every query under ``root`` (once per worker process)."""
-    for query in root.iterdir():
-        for task in query.iterdir() if query.is_dir() else ():
-            _prune(task, cutoff)
+    """Old entries and empty directories of every query under ``root`` (once per worker process). Other
+    workers may be sweeping at the same time: whatever vanishes meanwhile is skipped."""
+    for query in _subdirs(root):
+        for task in _subdirs(query):
             try:
+                _prune(task, cutoff)
                 task.rmdir()  # only when empty
             except OSError:
                 pass
@@ -126,19 +135,23 @@ def put(spool_id: str, topic: str, partition: int, applied_to: str, new_token: s
             except FileNotFoundError:
                 if attempt == 2:  # another worker's sweep removed the (then empty) directory twice
                     raise
-        cutoff = time.time() - KEEP_SECONDS
-        if spool_id not in _swept:
-            _swept.add(spool_id)
-            _sweep(d.parent.parent, cutoff)
-        else:
-            _prune(d, cutoff)
-        return True
     except OSError as e:
         if not _warned:
             _warned = True
             logger.warning("cannot share state log entries through %s (%s); workers catch up from the state "
                            "store instead", d, e)
         return False
+    # the entry is in place; removing old ones is housekeeping, and its failures are not the entry's
+    cutoff = time.time() - KEEP_SECONDS
+    try:
+        if spool_id not in _swept:
+            _swept.add(spool_id)
+            _sweep(d.parent.parent, cutoff)
+        else:
+            _prune(d, cutoff)
+    except OSError as e:
+        logger.debug("spool cleanup under %s: %s", d.parent.parent, e)
+    return True
 
 
 def get(spool_id: str, topic: str, partition: int, token: str) -> tuple[str, bytes] | None:

@@ -67,3 +67,24 @@ def test_a_directory_swept_away_by_another_worker_is_made_again(tmp_spool, monke
     assert spool.put("q", "t", 0, "1/0", "2/0", b"x")
     assert len(calls) == 2
     assert spool.get("q", "t", 0, "1/0") == ("2/0", b"x")
+
+
+def test_a_query_directory_another_worker_sweeps_away_meanwhile_is_skipped(tmp_spool, caplog, monkeypatch):
+    """Two workers' first writes sweep at once: a directory listed by one may be gone when it looks inside.
+    The entry is written all the same and nothing is reported (it used to warn and return False)."""
+    from pathlib import Path
+
+    monkeypatch.setattr(spool, "_warned", False)
+    spool.put("other", "t", 0, "1/0", "2/0", b"x")
+    spool._swept.clear()  # a new worker process
+    real = Path.iterdir
+
+    def listing_with_a_vanished_query(self):
+        entries = list(real(self))
+        return [*entries, self / "removed-meanwhile"] if self == tmp_spool else entries
+
+    monkeypatch.setattr(Path, "iterdir", listing_with_a_vanished_query)
+    monkeypatch.setattr(Path, "is_dir", lambda self: self.name == "removed-meanwhile" or os.path.isdir(self))
+    assert spool.put("q", "t", 0, "1/0", "2/0", b"y") is True
+    assert spool.get("q", "t", 0, "1/0") == ("2/0", b"y")
+    assert not [r for r in caplog.records if "cannot share" in r.getMessage()]
