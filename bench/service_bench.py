@@ -240,12 +240,30 @@ def _percentiles(lat, prefix):
             f"{prefix}max_ms": lat[-1]}
 
 
-def latencies(bootstrap, topic, since_ms):
+def avro_values(registry_url):
+    """A decoder of changelog values in the Schema Registry wire format (writer schemas fetched once per id)."""
+    from connectors.avro import decode_body, split_wire
+    from connectors.schema_registry import SchemaRegistry
+
+    registry = SchemaRegistry(registry_url)
+    schemas = {}
+
+    def decode(data):
+        schema_id, body = split_wire(data)
+        if schema_id not in schemas:
+            schemas[schema_id] = registry.writer_schema(schema_id)
+        return decode_body(body, schemas[schema_id])
+
+    return decode
+
+
+def latencies(bootstrap, topic, since_ms, decode=json.loads):
     """Latency percentiles of the changelog records of ``topic`` whose window's newest record was sent after
-    ``since_ms``: from send (``max(sent)``) and from event time (``max_timestamp``), see the module docstring."""
+    ``since_ms``: from send (``max(sent)``) and from event time (``max_timestamp``), see the module docstring.
+    ``decode``: the values' decoder (JSON, or :func:`avro_values` for the service's Avro changelog)."""
     by_send, by_event = [], []
     for m in read_to_end(bootstrap, topic):
-        v = json.loads(m.value())
+        v = decode(m.value())
         sent = v.get("max_sent", (v.get("aggregates") or {}).get("max_sent"))
         if sent is None or sent < since_ms:
             continue
@@ -289,6 +307,10 @@ def main() -> int:
     ap.add_argument("--skip-service", action="store_true")
     ap.add_argument("--sinks", default="spark", help="the service's sink(s), comma-separated: spark, direct "
                     "(each one a row of the same run)")
+    ap.add_argument("--changelog-format", default="json", choices=("json", "avro"),
+                    help="the service's changelog key and value format (the built-in writes JSON); avro registers the "
+                         "schemas in an in-process Schema Registry double (tests/service/schema_registry_double.py: "
+                         "no registry server can be installed on this machine)")
     ap.add_argument("--passes", type=int, default=2, choices=(1, 2),
                     help="throughput passes per query; 2: mirrored order (A B B A) against the VM's speed drift")
     ap.add_argument("--timeout", type=float, default=1800)
@@ -312,6 +334,13 @@ def main() -> int:
         broker = LocalKafkaBroker(0, data_dir=work / "kafka", extra_config=_pairs(args.broker_config))
         broker.start()
         bootstrap = broker.bootstrap_servers
+    registry_url, decode = "http://localhost:8081", json.loads
+    if args.changelog_format == "avro":
+        from tests.service.schema_registry_double import SchemaRegistryDouble
+
+        registry = SchemaRegistryDouble().__enter__()
+        registry_url = registry.url
+        decode = avro_values(registry_url)
     run = f"b{int(time.time())}"
     topic = f"{run}-in"
     ensure_topics({"bootstrap.servers": bootstrap}, [TopicSpec(topic, args.partitions, config={"retention.ms": "-1"})])
@@ -321,8 +350,9 @@ def main() -> int:
 
     def settings(name, **kw):
         base = dict(bootstrap_servers=bootstrap, input_topics=topic, changelog_topic=f"{run}-{name}-out",
-                    late_topic=f"{run}-{name}-late", dead_letter_topic=f"{run}-{name}-dlq", changelog_format="json",
-                    changelog_key_format="json", aggregations="count,sum:amount,max:amount", time_difference=args.td,
+                    late_topic=f"{run}-{name}-late", dead_letter_topic=f"{run}-{name}-dlq",
+                    changelog_format=args.changelog_format, changelog_key_format=args.changelog_format,
+                    schema_registry_url=registry_url, aggregations="count,sum:amount,max:amount", time_difference=args.td,
                     grace=args.grace, emit="update", checkpoint_dir=str(work / f"ck-{name}"), metrics_port=0,
                     state_partitions=args.state_partitions, trigger_interval=0, spark_master="local[*]",
                     max_offsets_per_trigger=args.batch)
@@ -390,7 +420,8 @@ def main() -> int:
             progs = [p for p in q.recentProgress if p.numInputRows]
             q.stop()
             print_batches(progs)
-            lat[name] = latencies(bootstrap, out_topic, prod.start_ms + 15_000)
+            lat[name] = latencies(bootstrap, out_topic, prod.start_ms + 15_000,
+                                  decode if name in services else json.loads)
             lat[name]["rate"] = latency_rate
             lat[name]["batch_s_p50"] = statistics.median(
                 [p.durationMs.get("triggerExecution", 0) / 1000 for p in progs]) if progs else None
@@ -404,6 +435,7 @@ def main() -> int:
         f"\n### {time.strftime('%Y-%m-%d %H:%M')} - {args.records} records, {args.keys} keys, event rate "
         f"{args.event_rate:.0f}/s, td {args.td} ms, grace {args.grace} ms, {args.ooo:.0%} out of order, "
         f"{args.partitions} input partitions, batch {args.batch}, hop {args.hop} ms (built-in), "
+        f"service changelog {args.changelog_format}, "
         f"{os.cpu_count()} cores, load average {load_before} before / {os.getloadavg()[0]:.1f} after\n",
         f"{args.passes} throughput pass(es) per query" + (" in mirrored order" if args.passes == 2 else "") + "\n",
         "| query | steady rows/s (each pass) | overall rows/s | first batch s | batch s p50 | batch s max | batches |",
