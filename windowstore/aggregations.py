@@ -56,6 +56,19 @@ class Aggregation:
     def accumulate(self, acc: Any, value: Any, key: Hashable = None) -> Any:
         raise NotImplementedError
 
+    def bind(self, value: Any, key: Hashable = None) -> Callable[[Any], Any]:
+        """``acc -> accumulate(acc, value, key)`` for one record: the record path folds one record into every
+        window it falls in (tens of windows), so the built-ins read the record's field once here and return a
+        step that does only the arithmetic. Same results and the same exceptions, at the same call, as
+        ``accumulate``; a subclass that overrides ``accumulate`` gets this generic step."""
+        accumulate = self.accumulate
+        return lambda acc: accumulate(acc, value, key)
+
+    def _own_accumulate(self, cls: type) -> bool:
+        """Whether ``accumulate`` is ``cls``'s own (not overridden by a subclass): a built-in's ``bind`` may
+        then inline it."""
+        return type(self).accumulate is cls.accumulate
+
     combine: Callable[[Any, Any], Any] | None = None
     deduct: Callable[[Any, Any], Any] | None = None
 
@@ -80,6 +93,9 @@ class Count(Aggregation):
     def accumulate(self, acc: int, value: Any, key: Hashable = None) -> int:
         return acc + 1
 
+    def bind(self, value: Any, key: Hashable = None) -> Callable[[Any], Any]:
+        return _plus_one if self._own_accumulate(Count) else super().bind(value, key)
+
     def combine(self, a: int, b: int) -> int:  # type: ignore[override]
         return a + b
 
@@ -97,6 +113,11 @@ class Sum(Aggregation):
 
     def accumulate(self, acc: Any, value: Any, key: Hashable = None) -> Any:
         return acc + value
+
+    def bind(self, value: Any, key: Hashable = None) -> Callable[[Any], Any]:
+        if not self._own_accumulate(Sum):
+            return super().bind(value, key)
+        return lambda acc: acc + value
 
     def combine(self, a: Any, b: Any) -> Any:  # type: ignore[override]
         return a + b
@@ -116,6 +137,11 @@ class Min(Aggregation):
     def accumulate(self, acc: Any, value: Any, key: Hashable = None) -> Any:
         return value if acc is None or value < acc else acc
 
+    def bind(self, value: Any, key: Hashable = None) -> Callable[[Any], Any]:
+        if not self._own_accumulate(Min):
+            return super().bind(value, key)
+        return lambda acc: value if acc is None or value < acc else acc
+
     def combine(self, a: Any, b: Any) -> Any:  # type: ignore[override]
         if a is None:
             return b
@@ -134,6 +160,11 @@ class Max(Aggregation):
 
     def accumulate(self, acc: Any, value: Any, key: Hashable = None) -> Any:
         return value if acc is None or value > acc else acc
+
+    def bind(self, value: Any, key: Hashable = None) -> Callable[[Any], Any]:
+        if not self._own_accumulate(Max):
+            return super().bind(value, key)
+        return lambda acc: value if acc is None or value > acc else acc
 
     def combine(self, a: Any, b: Any) -> Any:  # type: ignore[override]
         if a is None:
@@ -315,6 +346,16 @@ class Field(Aggregation):
             value = value[self.field]
         return self.inner.accumulate(acc, value, key)
 
+    def bind(self, value: Any, key: Hashable = None) -> Callable[[Any], Any]:
+        if not self._own_accumulate(Field):
+            return super().bind(value, key)
+        if self.field is not None:
+            try:
+                value = value[self.field]
+            except Exception:  # noqa: BLE001 - raised again by the step's first call, where accumulate raises it
+                return super().bind(value, key)
+        return self.inner.bind(value, key)
+
     def finish(self, acc: Any) -> Any:
         return self.inner.finish(acc)
 
@@ -344,8 +385,27 @@ class Composite(Aggregation):
     def accumulate(self, acc: tuple, value: Any, key: Hashable = None) -> tuple:
         return tuple(p.accumulate(a, value, key) for p, a in zip(self.parts, acc))
 
+    def bind(self, value: Any, key: Hashable = None) -> Callable[[Any], Any]:
+        if not self._own_accumulate(Composite):
+            return super().bind(value, key)
+        steps = [p.bind(value, key) for p in self.parts]
+        if len(steps) == 2:
+            s0, s1 = steps
+            return lambda acc: (s0(acc[0]), s1(acc[1]))
+        if len(steps) == 3:
+            s0, s1, s2 = steps
+            return lambda acc: (s0(acc[0]), s1(acc[1]), s2(acc[2]))
+        if len(steps) == 4:
+            s0, s1, s2, s3 = steps
+            return lambda acc: (s0(acc[0]), s1(acc[1]), s2(acc[2]), s3(acc[3]))
+        return lambda acc: tuple([step(a) for step, a in zip(steps, acc)])
+
     def finish(self, acc: tuple) -> dict[str, Any]:
         return {p.name: p.finish(a) for p, a in zip(self.parts, acc)}
+
+
+def _plus_one(acc: int) -> int:
+    return acc + 1
 
 
 BUILTINS: dict[str, type[Aggregation]] = {

@@ -149,3 +149,39 @@ def test_parse_aggregations_builds_named_composites():
         parse_aggregations("count,median:x")
     with pytest.raises(ValueError, match="unique"):
         parse_aggregations("count,count")
+
+
+def fold_bound(agg, values):
+    acc = agg.create()
+    for v in values:
+        acc = agg.bind(v)(acc)
+    return acc
+
+
+SPECS = ["count", "sum:x", "min:x", "max:x", "mean:x", "first:x", "collect:x", "count,sum:x",
+         "count,sum:x,max:x", "count,sum:x,max:x,min:x", "count,sum:x,max:x,min:x,mean:x"]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@given(values=st.lists(st.one_of(st.integers(-10**6, 10**6), st.floats(-1e6, 1e6)), max_size=30))
+def test_bind_folds_like_accumulate(spec, values):
+    """The record path's per-record step (``bind``) gives the accumulator ``accumulate`` gives, value for value."""
+    agg = parse_aggregations(spec)
+    rows = [{"x": v} for v in values]
+    assert fold_bound(agg, rows) == fold(agg, rows)
+    for acc in (agg.create(), fold(agg, rows)):  # the step never changes the accumulator it is given
+        before = acc
+        agg.bind({"x": 1})(acc)
+        assert acc == before
+
+
+def test_bind_keeps_a_subclass_accumulate_and_raises_where_accumulate_does():
+    class Doubled(Sum):
+        def accumulate(self, acc, value, key=None):
+            return acc + 2 * value
+
+    assert Doubled().bind(5)(1) == 11
+    assert Composite([Count(), Field(Doubled(), "x")]).bind({"x": 5})((0, 1)) == (1, 11)
+    step = parse_aggregations("count,sum:x").bind({"y": 1})  # no field x: nothing raised yet
+    with pytest.raises(KeyError):
+        step((0, 0))
