@@ -113,6 +113,7 @@ class LiveProducer(threading.Thread):
             self.p.poll(0)
             time.sleep(self.TICK_S)
         self.p.flush(30)
+        self.p.close()  # else it outlives the broker (the object stays referenced) and logs "Connection refused"
 
 
 def builtin_query(spark, bootstrap, topic, out_topic, ckpt, td_ms, hop_ms, grace_ms, batch, trigger_ms,

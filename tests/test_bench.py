@@ -1,7 +1,7 @@
-"""The window-engine benchmark still runs and prints its table (a smoke test: no timing is asserted).
+"""The benchmarks still run and print their tables (smoke tests: no timing is asserted).
 
-It also checks what the benchmark asserts while it runs: the batch path took every batch (no fallback to the
-record path) on in-order and 10%-out-of-order streams, for count and sum, at 10, 100 and 1,000 records per
+The window-engine one also checks what it asserts while it runs: the batch path took every batch (no fallback to
+the record path) on in-order and 10%-out-of-order streams, for count and sum, at 10, 100 and 1,000 records per
 window."""
 
 from __future__ import annotations
@@ -27,3 +27,32 @@ def test_windowstore_bench_prints_every_cell() -> None:
     for r in rows:
         record_rate, batch_rate, out_per_rec = (float(x.replace(",", "").rstrip("x")) for x in (r[-5], r[-4], r[-2]))
         assert record_rate > 0 and batch_rate > 0 and out_per_rec >= 1, r
+
+
+def test_changelog_encoding_bench_prints_every_format() -> None:
+    """The encoding bench runs on a tiny batch; each of its lines first checks its bytes against the per-record
+    encoders (an AssertionError would fail the run)."""
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "changelog_encoding_bench.py"), "--rows", "300", "--repeat", "1"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stderr
+    rows = [line for line in run.stdout.splitlines() if line.startswith(("json ", "avro ", "windowed "))]
+    assert len(rows) == 5, run.stdout
+    for line in rows:
+        us_per_row, vs_json = line.split()[-4:-2]
+        assert float(us_per_row) > 0 and vs_json.endswith("x"), line
+
+
+def test_record_path_bench_prints_every_mode_and_emits_the_same_updates() -> None:
+    """Each line asserts that the bound and the generic step emitted identical updates."""
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "record_path_bench.py"), "--records", "2000", "--keys", "20",
+         "--modes", "close,every,update"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stderr
+    rows = [line.split() for line in run.stdout.splitlines() if line.startswith(("close ", "every ", "update "))]
+    assert len(rows) == 12 and {r[0] for r in rows} == {"close", "every", "update"}, run.stdout
+    for r in rows:
+        assert float(r[-4].replace(",", "")) > 0 and float(r[-3].replace(",", "")) > 0, r

@@ -188,6 +188,11 @@ class Mean(Aggregation):
     def accumulate(self, acc: tuple[int, Any], value: Any, key: Hashable = None) -> tuple[int, Any]:
         return (acc[0] + 1, acc[1] + value)
 
+    def bind(self, value: Any, key: Hashable = None) -> Callable[[Any], Any]:
+        if not self._own_accumulate(Mean):
+            return super().bind(value, key)
+        return lambda acc: (acc[0] + 1, acc[1] + value)
+
     def combine(self, a: tuple[int, Any], b: tuple[int, Any]) -> tuple[int, Any]:  # type: ignore[override]
         return (a[0] + b[0], a[1] + b[1])
 
