@@ -101,7 +101,7 @@ class TaskConfig:
     changelog_topic: str
     late_topic: str  # "" -> late records are only counted
     dead_letter_topic: str
-    batch: bool = True  # let the processor take windowstore's batch fast path where it applies (update mode)
+    batch: bool = True  # let the processor take windowstore's batch fast path where it applies (update, close)
     state_buckets: int = 256  # key buckets per task for NEW state (existing state keeps its own number)
     state_cache: bool = True  # keep the processor in the Python worker between micro-batches (token-checked)
     state_snapshot_every: int = 8  # write the key buckets every n-th batch, a log entry of the input otherwise
@@ -114,7 +114,7 @@ class TaskConfig:
         return SlidingWindows(self.time_difference_ms, self.grace_ms)
 
     def processor_options(self) -> dict[str, Any]:
-        return {"collect_drops": True, "batch": self.batch and self.emit == "update"}
+        return {"collect_drops": True, "batch": self.batch and self.emit in ("update", "close")}
 
     def new_processor(self) -> SlidingWindowProcessor:
         return SlidingWindowProcessor(self.windows, parse_aggregations(self.aggregations), self.emit,

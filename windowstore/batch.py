@@ -25,8 +25,16 @@ is kept as it is. A key's windows stay numpy columns between batches (``KeyWindo
 turns them back into entries when it touches the key. Results are buffered as columns too: ``flush_columns`` hands them out
 without a Python object per window.
 
+Emit mode ``close`` (R26-R29) takes the same kernel: nothing is forwarded per write, the windows the batch
+creates join the not-yet-emitted ones (Kafka's time-ordered index, ``(start, key bytes)``), and after the batch
+the windows closed by the stream time of its last non-early record are emitted once, in that order, with their
+final values. The record path does that after every record (emit interval 0); on a batch without partially-late
+records a closed window can no longer change, and its emission round only matters for R29 (a window that fell
+below the retention bound before its round is never emitted), so the batch path falls back to the record path
+when any window it would emit is below that bound at the end of the batch, or when an emit interval is set.
+
 It falls back to the record path for the whole batch when any record is partially late, when the emit mode is
-not ``update``, when the aggregation has no batch kernel or values are not exactly representable (sums need
+``every``, when the aggregation has no batch kernel or values are not exactly representable (sums need
 integers; min/max need all-int or all-float, no NaN), or when a key that once took a partially-late record does
 not match R3 on the range the batch reads.
 """
@@ -39,7 +47,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from .aggregations import Aggregation, Composite, Field
-from .updates import DropReason, EmitMode
+from .store import NO_TIMESTAMP
+from .updates import DropReason, EmitMode, WindowUpdate
+
+_new_update = tuple.__new__
 
 if TYPE_CHECKING:  # pragma: no cover
     from .processor import SlidingWindowProcessor
@@ -155,7 +166,8 @@ def set_raw(kw: "KeyWindows", m: np.ndarray, kinds: tuple[str | None, ...]) -> N
 
 def attach(proc: "SlidingWindowProcessor") -> Plan | None:
     """Enable the batch path on a processor: returns its plan and teaches the store to materialize."""
-    plan = batch_plan(proc.aggregation) if proc.emit is EmitMode.UPDATE else None
+    closing = proc.emit is EmitMode.CLOSE and not proc.emit_interval_ms
+    plan = batch_plan(proc.aggregation) if proc.emit is EmitMode.UPDATE or closing else None
     if plan is not None:
         composite = isinstance(proc.aggregation, Composite)
         proc.store.materialize = lambda kw: _materialize(kw, plan, composite)  # type: ignore[method-assign]
@@ -370,6 +382,7 @@ class _Written(NamedTuple):
     parts: list[Any]
     created: int  #: how many of them the batch created
     flushed: np.ndarray  #: indexes of the windows the batch wrote, in flush order
+    new: np.ndarray  #: indexes of the windows the batch created (ascending)
 
 
 def _kernel(
@@ -494,7 +507,7 @@ def _kernel(
 
     return _Written(
         cut, col_j, raw_j, T, raw_parts, starts, T[hi - 1] & _LOCAL, hi - lo, _aggregate(plan, raw_parts, lo, hi),
-        len(starts) - len(old_starts), w[np.argsort(flush_key)],
+        len(starts) - len(old_starts), w[np.argsort(flush_key)], np.flatnonzero(~existed),
     )
 
 
@@ -687,6 +700,13 @@ def process_columns(
     res = _kernel(td, plan, kws, key_id, acc_idx.astype(_I64), acc_ts, parts_new, n) if len(acc_idx) else None
     if len(acc_idx) and res is None:
         return fallback()
+    close_at = None  # close mode: the close of the batch's last non-early accepted record (its emission round)
+    if proc._close and res is not None:
+        non_early = np.flatnonzero(acc_ts >= td)
+        if len(non_early):
+            close_at = int(st_run[acc_idx[non_early[-1]]]) - grace
+            if not _emission_visible(proc, batch_keys, res, close_at):
+                return fallback()
 
     # commit
     stats = proc.stats
@@ -738,6 +758,9 @@ def process_columns(
     m = _store(kws, res, store.purge_bound())
     store.expired += m
     store._size -= m
+    if proc._close:
+        _close_windows(proc, batch_keys, res, close_at)
+        return True
 
     seg = {
         "keys": batch_keys,
@@ -786,8 +809,170 @@ def _new_kw() -> "KeyWindows":
 
 def _record_path(proc: "SlidingWindowProcessor", records: Sequence[tuple[Hashable, Any, Any]]) -> None:
     process = proc.process
+    if proc._close:  # what emit-on-close forwards waits for the flush, as the batch path's emissions do
+        out: list = []
+        for key, value, ts in records:
+            out.extend(process(key, value, ts))
+        if out:
+            proc._closed.append(("updates", out))
+        return
     for key, value, ts in records:
         process(key, value, ts)
+
+
+# --------------------------------------------------------------------------------------------- emit on close
+def _emission_bounds(proc: "SlidingWindowProcessor", close: int) -> tuple[int, int] | None:
+    """``(lower, upper)`` window starts of the emission round at ``close`` (R27), ``None``: no round."""
+    last = proc.last_emit_close_time
+    if last != NO_TIMESTAMP and last >= close:
+        return None
+    upper = close - proc.td - 1
+    if upper < 0:
+        return None
+    return (0 if last == NO_TIMESTAMP else max(0, last - proc.td)), upper
+
+
+def _emission_visible(proc: "SlidingWindowProcessor", keys: list[Hashable], res: _Written, close: int) -> bool:
+    """Whether every window the round at ``close`` may emit (waiting ones and the batch's new ones, starts in
+    ``[lower, upper]``) is still above the retention bound once the batch is stored: then emitting them after the
+    batch gives what emitting after each record gives (R29 loses nothing more). Checked before anything changes."""
+    bounds = _emission_bounds(proc, close)
+    if bounds is None:
+        return True
+    lower, upper = bounds
+    store = proc.store
+    local = res.starts & _LOCAL
+    top = int(local.max()) if len(local) else NO_TIMESTAMP
+    lag = store._read_lag
+    if lag is None:
+        return True
+    bound = max(store.store_time, top) - lag
+    new = local[res.new]
+    if int(new[(new >= lower) & (new <= upper)].min(initial=bound)) < bound:
+        return False
+    pending = proc._pending_close
+    if not pending or pending[0][0] >= bound:  # the heap's smallest start: usually nothing to scan
+        return True
+    return all(s >= bound for s, _kb, _k in pending if lower <= s <= upper)
+
+
+def _close_windows(proc: "SlidingWindowProcessor", keys: list[Hashable], res: _Written, close: int | None) -> None:
+    """After a stored batch in close mode: its new windows wait for their close, then the round at ``close``
+    (``_maybe_emit_final``, reading columns) emits the closed ones into ``proc._closed``."""
+    import heapq
+
+    from .store import key_bytes
+
+    pending = proc._pending_close
+    local = (res.starts & _LOCAL)[res.new].tolist()
+    for start, k in zip(local, (res.starts[res.new] >> _SHIFT).tolist()):
+        key = keys[k]
+        heapq.heappush(pending, (start, key_bytes(key), key))
+    if close is None:
+        return
+    bounds = _emission_bounds(proc, close)
+    if bounds is None:
+        return
+    lower, upper = bounds
+    store = proc.store
+    bound = store.read_bound()
+    # pop the round's windows in emission order ((start, key bytes), R27), then read them key by key
+    popped: list[tuple[int, Hashable]] = []
+    emitted = 0
+    while pending and pending[0][0] <= upper:
+        start, _kb, key = heapq.heappop(pending)
+        if start >= lower and start >= bound:  # else below the time-ordered store's retention: never emitted (R29)
+            popped.append((start, key))
+    n = len(popped)
+    by_key: dict[Hashable, list[int]] = {}
+    for i, (_start, key) in enumerate(popped):
+        by_key.setdefault(key, []).append(i)
+    kws = {key: store._load(key, columns=True) for key in by_key}
+    held = [kw.cols for kw in kws.values() if kw is not None]
+    if any(c is None for c in held) or len({c.kinds for c in held}) > 1:
+        # a key the record path left as entries, or keys whose parts differ in type (int / float): per window
+        _emit_from_entries(proc, popped)
+    elif n:
+        found = np.zeros(n, bool)
+        ts = np.zeros(n, _I64)
+        counts = np.zeros(n, _I64)
+        parts: list[Any] = [None] * len(proc._plan)  # type: ignore[arg-type]
+        for key, rows in by_key.items():
+            kw = kws[key]
+            if kw is None:
+                continue
+            c = kw.cols
+            want = np.fromiter((popped[i][0] for i in rows), _I64, len(rows))
+            at = c.starts.searchsorted(want)
+            ok = at < len(c.starts)
+            ok[ok] = c.starts[at[ok]] == want[ok]
+            at = at[ok]
+            r = np.asarray(rows, _I64)[ok]
+            found[r] = True
+            ts[r] = c.ts[at]
+            counts[r] = c.counts[at]
+            for j, p in enumerate(c.parts):
+                if p is not None:
+                    if parts[j] is None:
+                        parts[j] = np.zeros(n, p.dtype)
+                    parts[j][r] = p[at]
+        keep = np.flatnonzero(found)
+        start = np.fromiter((s for s, _k in popped), _I64, n)[keep]
+        parts = [None if p is None else p[keep] for p in parts]
+        proc._closed.append(("cols", {"key": [popped[i][1] for i in keep.tolist()], "start": start,
+                                      "ts": ts[keep], "count": counts[keep], "parts": parts}))
+        emitted = len(keep)
+    proc.stats.updates_emitted += emitted
+    proc.last_emit_close_time = close
+
+
+def _emit_from_entries(proc: "SlidingWindowProcessor", popped: list[tuple[int, Hashable]]) -> None:
+    """The round's windows as updates, read from entries (``_maybe_emit_final``'s way; columnar keys are
+    materialized), for rounds the columns cannot hold; counts them."""
+    store = proc.store
+    finish = proc._finish
+    td = proc.td
+    out = []
+    for start, key in popped:
+        kw = store._load(key)  # entries (a key held as columns is materialized)
+        e = None if kw is None else kw._entries.get(start)
+        if e is not None:
+            out.append(_new_update(WindowUpdate, (key, start, start + td, e[0] if finish is None else finish(e[0]),
+                                                  e[1], e[2])))
+    proc._closed.append(("updates", out))
+    proc.stats.updates_emitted += len(out)
+
+
+def _finished(proc: "SlidingWindowProcessor", parts: list[Any], count: np.ndarray) -> dict[str, Any]:
+    """Finished aggregate columns by output name from the batch path's part columns."""
+    agg = proc.aggregation
+    names = [p.name for p in agg.parts] if isinstance(agg, Composite) else [agg.name]
+    values = {}
+    for name, (kind, _f), col in zip(names, proc._plan, parts):  # type: ignore[arg-type]
+        if kind == "count":
+            values[name] = count
+        elif kind == "mean":
+            values[name] = col / count
+        else:
+            values[name] = col
+    return values
+
+
+def closed_updates(proc: "SlidingWindowProcessor") -> list[WindowUpdate]:
+    """Close mode: the windows emitted since the last flush, as updates (then forgotten)."""
+    segments, proc._closed = proc._closed, []
+    out: list[WindowUpdate] = []
+    composite = isinstance(proc.aggregation, Composite)
+    td = proc.td
+    for kind, seg in segments:
+        if kind == "updates":
+            out.extend(seg)
+            continue
+        values = {n: col.tolist() for n, col in _finished(proc, seg["parts"], seg["count"]).items()}
+        rows = [dict(zip(values, v)) for v in zip(*values.values())] if composite else next(iter(values.values()))
+        out.extend(_new_update(WindowUpdate, (k, s, s + td, v, t, c)) for k, s, v, t, c in zip(
+            seg["key"], seg["start"].tolist(), rows, seg["ts"].tolist(), seg["count"].tolist()))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------- output
@@ -822,20 +1007,19 @@ def flush_columns(proc: "SlidingWindowProcessor") -> dict[str, Any]:
     agg = proc.aggregation
     names = [p.name for p in agg.parts] if isinstance(agg, Composite) else [agg.name]
     segs = proc._segments
+    closed = proc._closed
+    if closed and len(closed) == 1 and closed[0][0] == "cols":  # close mode, one batch-path emission round
+        seg = closed[0][1]
+        proc._closed = []
+        return {"key": seg["key"], "start": seg["start"], "end": seg["start"] + proc.td, "ts": seg["ts"],
+                "count": seg["count"], "values": _finished(proc, seg["parts"], seg["count"])}
     if plan is not None and len(segs) == 1 and not proc._dirty:
         seg = segs[0][1]
         proc._segments = []
         keys = seg["keys"]
         start = seg["start"]
         count = seg["count"]
-        values = {}
-        for name, (kind, _f), col in zip(names, plan, seg["parts"]):
-            if kind == "count":
-                values[name] = count
-            elif kind == "mean":
-                values[name] = col / count
-            else:
-                values[name] = col
+        values = _finished(proc, seg["parts"], count)
         proc.stats.updates_emitted += len(start)
         return {
             "key": _object_array(keys)[seg["key_id"]].tolist(),

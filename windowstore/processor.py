@@ -130,6 +130,9 @@ class SlidingWindowProcessor:
         self._flushed_seq = 0  # _seq at the last flush/seal of the stamps
         # close mode: windows not yet emitted, by (start, key bytes) like Kafka's time-ordered store
         self._pending_close: list[tuple[int, bytes, Hashable]] = []
+        #: close mode with the batch path: what process_batch/process_columns emitted, until the next flush
+        #: (segments: ("updates", [WindowUpdate]) or ("cols", columns), see windowstore.batch)
+        self._closed: list[tuple[str, Any]] = []
         self._accumulate = aggregation.accumulate
         self._bind = aggregation.bind
         #: 1: Count, 2: Sum (exact built-in types): the record path adds inline instead of calling accumulate
@@ -212,8 +215,10 @@ class SlidingWindowProcessor:
 
     def process_batch(self, records: "Sequence[tuple[Hashable, Any, Any]]") -> bool:
         """Process ``(key, value, ts)`` records in arrival order, on the batch fast path when it applies
-        (update mode, ``batch=True``, a commutative built-in aggregation, no partially-late record); results
-        are identical to calling :meth:`process` for each. Returns whether the batch path was taken."""
+        (update mode, or close mode without an emit interval; ``batch=True``, a commutative built-in
+        aggregation, no partially-late record); results are identical to calling :meth:`process` for each
+        (close mode: the windows they emit come out of the next :meth:`flush`). Returns whether the batch path
+        was taken."""
         from .batch import process_batch
 
         self._seal_cache()  # the batch path may turn entries into columns: fix the cache's entries first
@@ -235,11 +240,17 @@ class SlidingWindowProcessor:
 
     def flush(self) -> list[WindowUpdate]:
         """Update mode: the last value of every window written since the previous flush, ordered by last
-        write (Kafka Streams' record cache flush, R21). Other modes: nothing.
+        write (Kafka Streams' record cache flush, R21). Close mode: the final windows :meth:`process_batch` /
+        :meth:`process_columns` emitted since the previous flush (:meth:`process` returns its own). Every mode:
+        nothing else.
 
         The cyclic garbage collector is paused while the updates are built (see :class:`_gc_paused`)."""
         if not self._update:
-            return []
+            if not self._closed:
+                return []
+            from .batch import closed_updates
+
+            return closed_updates(self)
         with _gc_paused():
             return self._flush()
 

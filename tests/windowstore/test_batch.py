@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from windowstore import (
@@ -19,17 +19,20 @@ from .reference import save_state
 AGGS = [Count, Sum, Min, Max, Mean, lambda: Composite([Count(), Field(Sum(), "v"), Field(Max(), "v")])]
 
 
-def run(recs, td, grace, batch_size, make_agg, use_batch):
-    proc = SlidingWindowProcessor(SlidingWindows(td, grace), make_agg(), "update", batch=True, collect_drops=True)
+def run(recs, td, grace, batch_size, make_agg, use_batch, mode="update"):
+    """Batch by batch, what each batch emitted: update mode's flush; in close mode the final windows (the record
+    path returns them from ``process``, the batch path holds them for the next ``flush``)."""
+    proc = SlidingWindowProcessor(SlidingWindows(td, grace), make_agg(), mode, batch=True, collect_drops=True)
     flushes, taken = [], 0
     for b in range(0, len(recs), batch_size):
         chunk = recs[b : b + batch_size]
+        returned = []
         if use_batch:
             taken += proc.process_batch(chunk)
         else:
             for r in chunk:
-                proc.process(*r)
-        flushes.append(proc.flush())
+                returned.extend(proc.process(*r))
+        flushes.append(returned + proc.flush())
     return flushes, proc, taken
 
 
@@ -53,21 +56,45 @@ def cases(draw):
     return td, grace, recs, draw(st.integers(1, 20)), draw(st.integers(0, len(AGGS) - 1))
 
 
+@st.composite
+def close_cases(draw):
+    """Mostly advancing streams (a batch path in close mode needs batches shorter than ``td`` in event time),
+    some records out of order or late, sometimes a jump."""
+    td = draw(st.integers(5, 40))
+    grace = draw(st.integers(0, 20))
+    n = draw(st.integers(1, 60))
+    t, recs = 0, []
+    for _ in range(n):
+        t += draw(st.sampled_from([0, 1, 1, 2, 3, 5, 60]))
+        recs.append((draw(st.sampled_from("abc")), draw(st.integers(-5, 9)), max(0, t - draw(st.sampled_from(
+            [0, 0, 0, 1, 4, 25])))))
+    if draw(st.booleans()):
+        recs.insert(draw(st.integers(0, n)), (None, 1, 5))
+    return td, grace, recs, draw(st.integers(1, 20)), draw(st.integers(0, len(AGGS) - 1))
+
+
+@pytest.mark.parametrize("mode", ["update", "close"])
 @settings(max_examples=400, deadline=None)
-@given(cases())
-def test_batch_path_equals_record_path(case):
+@given(case=st.one_of(cases(), close_cases()))
+def test_batch_path_equals_record_path(mode, case):
+    """The same updates (update mode) or final windows (close mode) in the same order, batch by batch, and the
+    same state: stored windows, counters, drops, stream time; in close mode the waiting windows and the
+    emission progress too."""
     td, grace, recs, batch_size, agg_i = case
     make = AGGS[agg_i]
     if agg_i == len(AGGS) - 1:
         recs = [(k, None if v is None else {"v": v}, t) if k is not None else (k, v, t) for k, v, t in recs]
-    want, p_rec, _ = run(recs, td, grace, batch_size, make, False)
-    got, p_bat, _ = run(recs, td, grace, batch_size, make, True)
+    want, p_rec, _ = run(recs, td, grace, batch_size, make, False, mode)
+    got, p_bat, taken = run(recs, td, grace, batch_size, make, True, mode)
+    event(f"{mode}: batches on the batch path: {'some' if taken else 'none'}")
     assert got == want
     assert store_contents(p_bat) == store_contents(p_rec)
-    for name in ("records", "accepted", "dropped_late", "dropped_null", "skipped_windows"):
+    for name in ("records", "accepted", "dropped_late", "dropped_null", "skipped_windows", "updates_emitted"):
         assert getattr(p_bat.stats, name) == getattr(p_rec.stats, name), name
     assert p_bat.take_drops() == p_rec.take_drops()
     assert p_bat.observed_stream_time == p_rec.observed_stream_time
+    assert sorted(p_bat._pending_close) == sorted(p_rec._pending_close)
+    assert p_bat.last_emit_close_time == p_rec.last_emit_close_time
 
 
 def test_batch_path_is_taken_on_clean_input_and_not_on_partially_late():
@@ -102,15 +129,17 @@ def _rows_from_columns(cols, names):
     return rows
 
 
+@pytest.mark.parametrize("mode", ["update", "close"])
 @settings(max_examples=200, deadline=None)
-@given(cases())
-def test_flush_columns_equals_flush(case):
+@given(case=st.one_of(cases(), close_cases()))
+def test_flush_columns_equals_flush(mode, case):
+    """What the service takes (``flush_columns``) holds what the record path gives, in both batch-path modes."""
     td, grace, recs, batch_size, _agg_i = case
     make = lambda: Composite([Count(), Field(Sum(), "v"), Field(Min(), "v"), Field(Mean(), "v")])  # noqa: E731
     recs = [(k, None if v is None else {"v": v}, t) if k is not None else (k, v, t) for k, v, t in recs]
     names = ["count", "sum_v", "min_v", "mean_v"]
-    want, _, _ = run(recs, td, grace, batch_size, make, False)
-    proc = SlidingWindowProcessor(SlidingWindows(td, grace), make(), "update", batch=True)
+    want, _, _ = run(recs, td, grace, batch_size, make, False, mode)
+    proc = SlidingWindowProcessor(SlidingWindows(td, grace), make(), mode, batch=True)
     got = []
     for b in range(0, len(recs), batch_size):
         proc.process_batch(recs[b : b + batch_size])
@@ -203,3 +232,19 @@ def test_batch_path_leaves_huge_time_differences_to_the_record_path():
     proc = SlidingWindowProcessor(SlidingWindows(1 << 41, 0), Count(), "update", batch=True)
     assert not proc.process_columns(["k", "k"], np.array([5, 9]), {None: np.array([1, 1])})
     assert sorted((u.start, u.count) for u in proc.flush()) == [(0, 2), (6, 1)]
+
+
+
+
+
+def test_close_mode_batch_path_is_taken_on_a_clean_stream():
+    rnd = random.Random(4)
+    recs = [(f"k{rnd.randint(0, 9)}", rnd.randint(0, 100), i * 3 + rnd.randint(0, 20)) for i in range(2000)]
+    want, _, _ = run(recs, 2000, 100, 250, Sum, False, "close")  # a batch spans ~750 ms, windows close after 2.1 s
+    got, proc, taken = run(recs, 2000, 100, 250, Sum, True, "close")
+    assert taken == 8 and got == want and sum(map(len, got)) > 1000
+    _, _, taken = run(recs, 50, 100, 250, Sum, True, "close")  # a batch spans 15 windows: the record path
+    assert taken == 0
+    assert SlidingWindowProcessor(SlidingWindows(50, 100), Sum(), "close", emit_interval_ms=1000,
+                                  batch=True)._plan is None  # a wall-clock emit interval: record path
+
