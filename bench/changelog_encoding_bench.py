@@ -12,8 +12,9 @@ each line's cost relative to JSON. Every line checks its bytes against the per-r
 
 With ``--produce`` it also starts a local broker (``connectors.local_broker``) and writes each format's rows
 with the service's direct producer (``connectors.producer``, its default settings), waiting for every
-acknowledgement, ``--repeat`` + 1 times (the best is shown): CPU per row of this process while producing (the Python calls and librdkafka's threads) and
-of the broker's JVM (from ``/proc``), the costs that follow a row after it is encoded.
+acknowledgement, ``--repeat`` + 1 times (the best is shown): CPU per row of this process while producing
+(the Python calls and librdkafka's threads) and of the broker's JVM (from ``/proc``), the costs that follow a
+row after it is encoded.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations  # noqa: E402
 from windowstore.aggregations import Aggregation  # noqa: E402
 
-AGGREGATIONS = ("count", "count,sum:amount,max:amount", "mean:amount", "count,sum:amount,max:amount,min:amount,mean:amount")
+AGGREGATIONS = ("count", "count,sum:amount,max:amount", "mean:amount",
+                "count,sum:amount,max:amount,min:amount,mean:amount")
 
 
 def make_stream(n: int, keys: int, seed: int = 1) -> list[tuple[str, dict, int]]:

@@ -117,8 +117,9 @@ class LiveProducer(threading.Thread):
 
 
 def builtin_query(spark, bootstrap, topic, out_topic, ckpt, td_ms, hop_ms, grace_ms, batch, trigger_ms,
-                  with_sent=False):
-    """The built-in hopping-window query; ``with_sent`` also aggregates ``max(sent)`` (the latency runs)."""
+                  with_sent=False, output_mode="update"):
+    """The built-in hopping-window query; ``with_sent`` also aggregates ``max(sent)`` (the latency runs);
+    ``output_mode`` ``append``: each window once, when the watermark closes it (the service's ``emit=close``)."""
     from pyspark.sql import functions as F
 
     spark.conf.set("spark.sql.shuffle.partitions", spark.sparkContext.getConf().get("spark.sql.shuffle.partitions"))
@@ -146,7 +147,7 @@ def builtin_query(spark, bootstrap, topic, out_topic, ckpt, td_ms, hop_ms, grace
                            *(["max_sent"] if with_sent else []),
                            F.unix_millis("max_ts").alias("max_timestamp"))).cast("binary").alias("value"))
     w = (out.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", out_topic)
-         .option("checkpointLocation", ckpt).outputMode("update"))
+         .option("checkpointLocation", ckpt).outputMode(output_mode))
     w = w.trigger(processingTime=f"{trigger_ms} milliseconds") if trigger_ms else w
     return w.start()
 
@@ -312,6 +313,9 @@ def main() -> int:
                     help="the service's changelog key and value format (the built-in writes JSON); avro registers the "
                          "schemas in an in-process Schema Registry double (tests/service/schema_registry_double.py: "
                          "no registry server can be installed on this machine)")
+    ap.add_argument("--builtin-output-mode", default="update", choices=("update", "append"),
+                    help="the built-in's output mode; append (final windows only) is the counterpart of the "
+                         "service's emit=close (--service-settings emit=close)")
     ap.add_argument("--passes", type=int, default=2, choices=(1, 2),
                     help="throughput passes per query; 2: mirrored order (A B B A) against the VM's speed drift")
     ap.add_argument("--timeout", type=float, default=1800)
@@ -353,7 +357,8 @@ def main() -> int:
         base = dict(bootstrap_servers=bootstrap, input_topics=topic, changelog_topic=f"{run}-{name}-out",
                     late_topic=f"{run}-{name}-late", dead_letter_topic=f"{run}-{name}-dlq",
                     changelog_format=args.changelog_format, changelog_key_format=args.changelog_format,
-                    schema_registry_url=registry_url, aggregations="count,sum:amount,max:amount", time_difference=args.td,
+                    schema_registry_url=registry_url, aggregations="count,sum:amount,max:amount",
+                    time_difference=args.td,
                     grace=args.grace, emit="update", checkpoint_dir=str(work / f"ck-{name}"), metrics_port=0,
                     state_partitions=args.state_partitions, trigger_interval=0, spark_master="local[*]",
                     max_offsets_per_trigger=args.batch)
@@ -374,7 +379,7 @@ def main() -> int:
         """One pass of one query over the whole backlog (fresh checkpoint and output topic)."""
         if name == "builtin":
             q = builtin_query(spark, bootstrap, topic, f"{run}-builtin-out{n}", str(work / f"ck-builtin{n}"), args.td,
-                              args.hop, args.grace, args.batch, 0)
+                              args.hop, args.grace, args.batch, 0, output_mode=args.builtin_output_mode)
         else:
             sink = services[name]
             q = service_query(spark, settings(f"svc-{sink}{n}", sink=sink))
@@ -409,7 +414,8 @@ def main() -> int:
             else:
                 ensure_topics({"bootstrap.servers": bootstrap}, [TopicSpec(out_topic, args.partitions)])
                 q = builtin_query(spark, bootstrap, ltopic, out_topic, str(work / "ck-live-builtin"), args.td,
-                                  args.hop, args.grace, 0, args.trigger, with_sent=True)
+                                  args.hop, args.grace, 0, args.trigger, with_sent=True,
+                                  output_mode=args.builtin_output_mode)
             # let the first (compile + worker start) micro-batch pass before measuring
             while not q.recentProgress:
                 time.sleep(0.5)
@@ -436,7 +442,7 @@ def main() -> int:
         f"\n### {time.strftime('%Y-%m-%d %H:%M')} - {args.records} records, {args.keys} keys, event rate "
         f"{args.event_rate:.0f}/s, td {args.td} ms, grace {args.grace} ms, {args.ooo:.0%} out of order, "
         f"{args.partitions} input partitions, batch {args.batch}, hop {args.hop} ms (built-in), "
-        f"service changelog {args.changelog_format}, "
+        f"service changelog {args.changelog_format}, built-in output mode {args.builtin_output_mode}, "
         f"{os.cpu_count()} cores, load average {load_before} before / {os.getloadavg()[0]:.1f} after\n",
         f"{args.passes} throughput pass(es) per query" + (" in mirrored order" if args.passes == 2 else "") + "\n",
         "| query | steady rows/s (each pass) | overall rows/s | first batch s | batch s p50 | batch s max | batches |",

@@ -73,8 +73,8 @@ def test_rows_mix_constant_fixed_and_variable_pieces():
 AGGS = "count,sum:amount,max:amount,mean:amount"
 
 
-def _encoder(key_format: str = "avro") -> ChangelogEncoder:
-    return ChangelogEncoder(ChangelogSpec(key_format, "avro", AGGS, key_schema_id=3, value_schema_id=70000))
+def _encoder(key_format: str = "avro", value_format: str = "avro") -> ChangelogEncoder:
+    return ChangelogEncoder(ChangelogSpec(key_format, value_format, AGGS, key_schema_id=3, value_schema_id=70000))
 
 
 def _per_row(enc: ChangelogEncoder, cols, emit_time):
@@ -108,7 +108,9 @@ def test_changelog_columns_equal_fastavro_rows(data):
         },
     }
     emit_time = data.draw(INT64)
-    enc = _encoder(data.draw(st.sampled_from(["avro", "windowed", "json", "string"])))
+    formats = data.draw(st.sampled_from([("avro", "avro"), ("windowed", "avro"), ("json", "avro"),
+                                         ("string", "avro"), ("avro", "json")]))
+    enc = _encoder(*formats)
     assert enc.encode_columns(cols, emit_time) == _per_row(enc, cols, emit_time)
 
 
