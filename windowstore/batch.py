@@ -705,7 +705,7 @@ def process_columns(
         non_early = np.flatnonzero(acc_ts >= td)
         if len(non_early):
             close_at = int(st_run[acc_idx[non_early[-1]]]) - grace
-            if not _emission_visible(proc, batch_keys, res, close_at):
+            if not _emission_visible(proc, res, close_at):
                 return fallback()
 
     # commit
@@ -832,7 +832,7 @@ def _emission_bounds(proc: "SlidingWindowProcessor", close: int) -> tuple[int, i
     return (0 if last == NO_TIMESTAMP else max(0, last - proc.td)), upper
 
 
-def _emission_visible(proc: "SlidingWindowProcessor", keys: list[Hashable], res: _Written, close: int) -> bool:
+def _emission_visible(proc: "SlidingWindowProcessor", res: _Written, close: int) -> bool:
     """Whether every window the round at ``close`` may emit (waiting ones and the batch's new ones, starts in
     ``[lower, upper]``) is still above the retention bound once the batch is stored: then emitting them after the
     batch gives what emitting after each record gives (R29 loses nothing more). Checked before anything changes."""
