@@ -41,13 +41,14 @@ not match R3 on the range the batch reads.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from .aggregations import Aggregation, Composite, Field
-from .store import NO_TIMESTAMP
+from .store import NO_TIMESTAMP, key_bytes
 from .updates import DropReason, EmitMode, WindowUpdate
 
 _new_update = tuple.__new__
@@ -859,10 +860,6 @@ def _emission_visible(proc: "SlidingWindowProcessor", res: _Written, close: int)
 def _close_windows(proc: "SlidingWindowProcessor", keys: list[Hashable], res: _Written, close: int | None) -> None:
     """After a stored batch in close mode: its new windows wait for their close, then the round at ``close``
     (``_maybe_emit_final``, reading columns) emits the closed ones into ``proc._closed``."""
-    import heapq
-
-    from .store import key_bytes
-
     pending = proc._pending_close
     local = (res.starts & _LOCAL)[res.new].tolist()
     for start, k in zip(local, (res.starts[res.new] >> _SHIFT).tolist()):
