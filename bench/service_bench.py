@@ -243,18 +243,16 @@ def _percentiles(lat, prefix):
 
 
 def avro_values(registry_url):
-    """A decoder of changelog values in the Schema Registry wire format (writer schemas fetched once per id)."""
+    """A decoder of changelog values in the Schema Registry wire format (``SchemaRegistry`` caches the writer
+    schemas)."""
     from connectors.avro import decode_body, split_wire
     from connectors.schema_registry import SchemaRegistry
 
     registry = SchemaRegistry(registry_url)
-    schemas = {}
 
     def decode(data):
         schema_id, body = split_wire(data)
-        if schema_id not in schemas:
-            schemas[schema_id] = registry.writer_schema(schema_id)
-        return decode_body(body, schemas[schema_id])
+        return decode_body(body, registry.writer_schema(schema_id))
 
     return decode
 
@@ -339,11 +337,11 @@ def main() -> int:
         broker = LocalKafkaBroker(0, data_dir=work / "kafka", extra_config=_pairs(args.broker_config))
         broker.start()
         bootstrap = broker.bootstrap_servers
-    registry_url, decode = "http://localhost:8081", json.loads
+    registry_url, decode, registry = "http://localhost:8081", json.loads, None
     if args.changelog_format == "avro":
         from tests.service.schema_registry_double import SchemaRegistryDouble
 
-        registry = SchemaRegistryDouble().__enter__()
+        registry = SchemaRegistryDouble().start()
         registry_url = registry.url
         decode = avro_values(registry_url)
     run = f"b{int(time.time())}"
@@ -436,6 +434,8 @@ def main() -> int:
     spark.stop()
     if broker is not None:
         broker.stop()
+    if registry is not None:
+        registry.stop()
     shutil.rmtree(work, ignore_errors=True)
 
     lines = [
