@@ -41,14 +41,13 @@ not match R3 on the range the batch reads.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from .aggregations import Aggregation, Composite, Field
-from .store import NO_TIMESTAMP, key_bytes
+from .store import NO_TIMESTAMP
 from .updates import DropReason, EmitMode, WindowUpdate
 
 _new_update = tuple.__new__
@@ -851,20 +850,14 @@ def _emission_visible(proc: "SlidingWindowProcessor", res: _Written, close: int)
     new = local[res.new]
     if int(new[(new >= lower) & (new <= upper)].min(initial=bound)) < bound:
         return False
-    pending = proc._pending_close
-    if not pending or pending[0][0] >= bound:  # the heap's smallest start: usually nothing to scan
-        return True
-    return all(s >= bound for s, _kb, _k in pending if lower <= s <= upper)
+    return not proc._pending_close.any_in(lower, min(upper, bound - 1))
 
 
 def _close_windows(proc: "SlidingWindowProcessor", keys: list[Hashable], res: _Written, close: int | None) -> None:
     """After a stored batch in close mode: its new windows wait for their close, then the round at ``close``
     (``_maybe_emit_final``, reading columns) emits the closed ones into ``proc._closed``."""
-    pending = proc._pending_close
-    local = (res.starts & _LOCAL)[res.new].tolist()
-    for start, k in zip(local, (res.starts[res.new] >> _SHIFT).tolist()):
-        key = keys[k]
-        heapq.heappush(pending, (start, key_bytes(key), key))
+    new = res.starts[res.new]
+    proc._pending_close.add_run(new & _LOCAL, [keys[k] for k in (new >> _SHIFT).tolist()])
     if close is None:
         return
     bounds = _emission_bounds(proc, close)
@@ -872,39 +865,41 @@ def _close_windows(proc: "SlidingWindowProcessor", keys: list[Hashable], res: _W
         return
     lower, upper = bounds
     store = proc.store
-    bound = store.read_bound()
-    # pop the round's windows in emission order ((start, key bytes), R27), then read them key by key
-    popped: list[tuple[int, Hashable]] = []
+    bound = max(lower, store.read_bound())
+    # the round's windows in emission order ((start, key bytes), R27), then read key by key; those below the
+    # time-ordered store's retention are never emitted (R29)
+    starts, popped = proc._pending_close.pop_through(upper)
+    S = np.asarray(starts, _I64)
+    if len(S) and S[0] < bound:  # ascending: those below the bound come first
+        j = int(S.searchsorted(bound))
+        S, popped = S[j:], popped[j:]
+    n = len(S)
+    ids = _Ids()
+    kid = np.fromiter((ids[k] for k in popped), _I64, n)
+    kws = [store._load(key, columns=True) for key in ids]
+    held = [kw.cols for kw in kws if kw is not None]
     emitted = 0
-    while pending and pending[0][0] <= upper:
-        start, _kb, key = heapq.heappop(pending)
-        if start >= lower and start >= bound:  # else below the time-ordered store's retention: never emitted (R29)
-            popped.append((start, key))
-    n = len(popped)
-    by_key: dict[Hashable, list[int]] = {}
-    for i, (_start, key) in enumerate(popped):
-        by_key.setdefault(key, []).append(i)
-    kws = {key: store._load(key, columns=True) for key in by_key}
-    held = [kw.cols for kw in kws.values() if kw is not None]
     if any(c is None for c in held) or len({c.kinds for c in held}) > 1:
         # a key the record path left as entries, or keys whose parts differ in type (int / float): per window
-        _emit_from_entries(proc, popped)
+        _emit_from_entries(proc, list(zip(S.tolist(), popped)))
     elif n:
         found = np.zeros(n, bool)
         ts = np.zeros(n, _I64)
         counts = np.zeros(n, _I64)
         parts: list[Any] = [None] * len(proc._plan)  # type: ignore[arg-type]
-        for key, rows in by_key.items():
-            kw = kws[key]
+        by_key = np.argsort(kid, kind="stable")
+        edges = np.searchsorted(kid[by_key], np.arange(len(kws) + 1)).tolist()
+        for u, kw in enumerate(kws):
             if kw is None:
                 continue
             c = kw.cols
-            want = np.fromiter((popped[i][0] for i in rows), _I64, len(rows))
+            r = by_key[edges[u]:edges[u + 1]]
+            want = S[r]
             at = c.starts.searchsorted(want)
             ok = at < len(c.starts)
             ok[ok] = c.starts[at[ok]] == want[ok]
             at = at[ok]
-            r = np.asarray(rows, _I64)[ok]
+            r = r[ok]
             found[r] = True
             ts[r] = c.ts[at]
             counts[r] = c.counts[at]
@@ -914,9 +909,8 @@ def _close_windows(proc: "SlidingWindowProcessor", keys: list[Hashable], res: _W
                         parts[j] = np.zeros(n, p.dtype)
                     parts[j][r] = p[at]
         keep = np.flatnonzero(found)
-        start = np.fromiter((s for s, _k in popped), _I64, n)[keep]
         parts = [None if p is None else p[keep] for p in parts]
-        proc._closed.append(("cols", {"key": [popped[i][1] for i in keep.tolist()], "start": start,
+        proc._closed.append(("cols", {"key": [popped[i] for i in keep.tolist()], "start": S[keep],
                                       "ts": ts[keep], "count": counts[keep], "parts": parts}))
         emitted = len(keep)
     proc.stats.updates_emitted += emitted

@@ -23,14 +23,14 @@ counted (R13), except the right-window copy.
 from __future__ import annotations
 
 import gc
-import heapq
 import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from .aggregations import Aggregation, Count, Sum
-from .store import NO_TIMESTAMP, KeyWindows, Visibility, WindowStore, key_bytes
+from .pending import PendingWindows
+from .store import NO_TIMESTAMP, KeyWindows, Visibility, WindowStore
 from .updates import DropReason, DroppedRecord, EmitMode, ProcessorStats, WindowUpdate
 from .windows import SlidingWindows
 
@@ -129,7 +129,7 @@ class SlidingWindowProcessor:
         self._seq = 0
         self._flushed_seq = 0  # _seq at the last flush/seal of the stamps
         # close mode: windows not yet emitted, by (start, key bytes) like Kafka's time-ordered store
-        self._pending_close: list[tuple[int, bytes, Hashable]] = []
+        self._pending_close = PendingWindows()
         #: close mode with the batch path: what process_batch/process_columns emitted, until the next flush
         #: (segments: ("updates", [WindowUpdate]) or ("cols", columns), see windowstore.batch)
         self._closed: list[tuple[str, Any]] = []
@@ -450,7 +450,7 @@ class SlidingWindowProcessor:
             else:
                 entry = [acc, ts, count]
                 if store.insert(key, kw, start, entry) and self._close:
-                    heapq.heappush(self._pending_close, (start, key_bytes(key), key))
+                    self._pending_close.push(start, key)
             if stamps is not None:
                 seq += 1
                 stamps[start] = seq
@@ -853,13 +853,11 @@ class SlidingWindowProcessor:
         if upper < 0:
             return
         lower = 0 if last == NO_TIMESTAMP else max(0, last - td)
-        pending = self._pending_close
         store = self.store
         bound = store.read_bound()
         finish = self._finish
         emitted = 0
-        while pending and pending[0][0] <= upper:
-            start, _kb, key = heapq.heappop(pending)
+        for start, key in zip(*self._pending_close.pop_through(upper)):
             if start < lower or start < bound:
                 continue  # below the time-ordered store's retention: never emitted (R29)
             kw = store._load(key)

@@ -29,6 +29,7 @@ from collections.abc import Hashable, Iterable
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
+from .pending import PendingWindows
 from .store import KeyWindows
 from .updates import ProcessorStats
 
@@ -218,7 +219,7 @@ def encode_meta(proc: "SlidingWindowProcessor") -> bytes:
         "store_time": store.store_time,
         "key_max_start": store.key_max_start,
         "expired": store.expired,
-        "pending_close": proc._pending_close,
+        "pending_close": proc._pending_close.to_state(),
         "unflushed": proc._dirty,
         "flagged_keys": proc.flagged_keys,
         "stats": [getattr(proc.stats, f.name) for f in fields(ProcessorStats)],
@@ -243,7 +244,7 @@ def apply_meta(proc: "SlidingWindowProcessor", data: bytes) -> None:
     store.store_time = meta["store_time"]
     store.key_max_start = dict(meta["key_max_start"])
     store.expired = meta["expired"]
-    proc._pending_close = list(meta["pending_close"])
+    proc._pending_close = PendingWindows.from_state(meta["pending_close"])
     proc._dirty = dict(meta["unflushed"])
     proc.flagged_keys = set(meta["flagged_keys"])
     for f, value in zip(fields(ProcessorStats), meta["stats"]):

@@ -93,7 +93,7 @@ def test_batch_path_equals_record_path(mode, case):
         assert getattr(p_bat.stats, name) == getattr(p_rec.stats, name), name
     assert p_bat.take_drops() == p_rec.take_drops()
     assert p_bat.observed_stream_time == p_rec.observed_stream_time
-    assert sorted(p_bat._pending_close) == sorted(p_rec._pending_close)
+    assert sorted(p_bat._pending_close.items()) == sorted(p_rec._pending_close.items())
     assert p_bat.last_emit_close_time == p_rec.last_emit_close_time
 
 
