@@ -11,7 +11,10 @@
    writing to Kafka, both with ``maxOffsetsPerTrigger = --batch``; reports rows/s over the micro-batches after the
    first (steady state) and overall. This VM's speed drifts by up to 2x within minutes, so with ``--passes 2``
    (the default) every query drains the backlog twice, in mirrored order (service, built-in, built-in, service:
-   a linear drift hits both alike), and the figures compared are the two passes together (rows over seconds);
+   a linear drift hits both alike), and the figures compared are the two passes together (rows over seconds).
+   ``--warmup N`` first runs every query once over a separate topic of N records, not counted: the queries share
+   one JVM, whose JIT compiler takes ~0.4 of a core for the first minute or so, so without it the first pass
+   (the service's) runs on the coldest JVM and pays most of the warm-up;
 3. **latency** - produces live at ``--latency-rate`` events/s with event time = wall clock (``--ooo`` of them
    shifted back by up to the grace period, as in the backlog) and ``"sent"`` = the producer's wall clock in the
    value, and runs each query with ``--trigger``, aggregating ``max(sent)`` as well. Two latencies per changelog
@@ -314,6 +317,9 @@ def main() -> int:
     ap.add_argument("--builtin-output-mode", default="update", choices=("update", "append"),
                     help="the built-in's output mode; append (final windows only) is the counterpart of the "
                          "service's emit=close (--service-settings emit=close)")
+    ap.add_argument("--warmup", type=int, default=0, metavar="N",
+                    help="first run every query once over a separate topic of N records, not counted (the JVM's "
+                         "JIT warm-up and the Python workers' start-up)")
     ap.add_argument("--passes", type=int, default=2, choices=(1, 2),
                     help="throughput passes per query; 2: mirrored order (A B B A) against the VM's speed drift")
     ap.add_argument("--timeout", type=float, default=1800)
@@ -373,20 +379,26 @@ def main() -> int:
         ("service" if len(sinks) == 1 else f"service, sink={sink}"): sink for sink in sinks}
     spark = build_spark(settings("svc"))
     spark.sparkContext.setLogLevel("ERROR")
-    def throughput(name: str, n: int) -> dict:
-        """One pass of one query over the whole backlog (fresh checkpoint and output topic)."""
+    def throughput(name: str, n: int | str, source: str = topic, records: int = args.records) -> dict:
+        """One pass of one query over the whole backlog of ``source`` (fresh checkpoint and output topic)."""
         if name == "builtin":
-            q = builtin_query(spark, bootstrap, topic, f"{run}-builtin-out{n}", str(work / f"ck-builtin{n}"), args.td,
+            q = builtin_query(spark, bootstrap, source, f"{run}-builtin-out{n}", str(work / f"ck-builtin{n}"), args.td,
                               args.hop, args.grace, args.batch, 0, output_mode=args.builtin_output_mode)
         else:
             sink = services[name]
-            q = service_query(spark, settings(f"svc-{sink}{n}", sink=sink))
-        r = drain(q, args.records, args.timeout)
+            q = service_query(spark, settings(f"svc-{sink}{n}", sink=sink, input_topics=source))
+        r = drain(q, records, args.timeout)
         print(f"{name} (pass {n}):", {k: v for k, v in r.items() if k != "progress"}, flush=True)
         print_batches(r["progress"])
         return r
 
     order = list(services) + ([] if args.skip_builtin else ["builtin"])
+    if args.warmup:
+        warm = f"{run}-warmup"
+        ensure_topics({"bootstrap.servers": bootstrap}, [TopicSpec(warm, args.partitions)])
+        produce_backlog(bootstrap, warm, args.warmup, args.keys, args.event_rate, args.grace, args.ooo, seed=2)
+        for name in order:
+            throughput(name, "warmup", warm, args.warmup)
     passes: dict[str, list[dict]] = {name: [] for name in order}
     for n, name in enumerate(order + order[::-1] if args.passes == 2 else order):
         passes[name].append(throughput(name, 1 + n // len(order)))
@@ -444,7 +456,8 @@ def main() -> int:
         f"{args.partitions} input partitions, batch {args.batch}, hop {args.hop} ms (built-in), "
         f"service changelog {args.changelog_format}, built-in output mode {args.builtin_output_mode}, "
         f"{os.cpu_count()} cores, load average {load_before} before / {os.getloadavg()[0]:.1f} after\n",
-        f"{args.passes} throughput pass(es) per query" + (" in mirrored order" if args.passes == 2 else "") + "\n",
+        f"{args.passes} throughput pass(es) per query" + (" in mirrored order" if args.passes == 2 else "")
+        + (f", after a warm-up pass of each over {args.warmup} other records" if args.warmup else "") + "\n",
         "| query | steady rows/s (each pass) | overall rows/s | first batch s | batch s p50 | batch s max | batches |",
         "|---|---|---|---|---|---|---|",
     ]
