@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -46,6 +47,17 @@ class StandaloneCluster:
     def url(self) -> str:
         return f"spark://127.0.0.1:{self.port}"
 
+    def _master_ports(self) -> bool:
+        """Read the ports the master bound from its log: a port taken between :func:`_free_port` and the
+        master's bind makes Spark try the next one ("could not bind on port N. Attempting port N+1")."""
+        text = (self.work / "master.log").read_text(errors="replace")
+        url = re.search(r"Starting Spark master at spark://[^:\s]+:(\d+)", text)
+        ui = re.search(r"Successfully started service 'MasterUI' on port (\d+)", text)
+        if url is None or ui is None:
+            return False
+        self.port, self.ui = int(url.group(1)), int(ui.group(1))
+        return True
+
     def _spawn(self, name: str, *args: str) -> None:
         home = _spark_home()
         env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
@@ -66,13 +78,17 @@ class StandaloneCluster:
     def start(self, timeout: float = 120) -> "StandaloneCluster":
         self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
                     str(self.port), "--webui-port", str(self.ui))
-        self._spawn("worker", "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
-                    "--cores", str(self.cores), "--memory", self.memory, "--webui-port", str(_free_port()))
         deadline = time.monotonic() + timeout
-        while self.workers_alive() < 1:
+        worker = False
+        while not worker or self.workers_alive() < 1:
+            if not worker and self._master_ports():
+                self._spawn("worker", "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
+                            "--cores", str(self.cores), "--memory", self.memory, "--webui-port", str(_free_port()))
+                worker = True
+                continue
             if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
                 logs = "\n".join((self.work / f"{n}.log").read_text(errors="replace")[-2000:]
-                                 for n in ("master", "worker"))
+                                 for n in ("master", "worker") if (self.work / f"{n}.log").exists())
                 self.stop()
                 raise AssertionError(f"standalone cluster did not come up:\n{logs}")
             time.sleep(1)
