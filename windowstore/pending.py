@@ -18,7 +18,7 @@ twice, as Kafka's store would find it twice.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
@@ -52,11 +52,9 @@ class PendingWindows:
 
     __slots__ = ("_heap", "_runs")
 
-    def __init__(self, windows: Sequence[tuple[int, Hashable]] = ()) -> None:
+    def __init__(self) -> None:
         self._heap: list[tuple[int, bytes, Hashable]] = []
         self._runs: list[_Run] = []
-        if windows:
-            self.add_run(np.fromiter((s for s, _k in windows), _I64, len(windows)), [k for _s, k in windows])
 
     def __len__(self) -> int:
         return len(self._heap) + sum(len(r) for r in self._runs)
@@ -74,13 +72,6 @@ class PendingWindows:
         if len(self._runs) > MAX_RUNS:
             runs, self._runs = self._runs, []
             self.add_run(np.concatenate([r.starts[r.pos:] for r in runs]), [k for r in runs for k in r.keys[r.pos:]])
-
-    def min_start(self) -> int | None:
-        """The smallest waiting start, ``None`` when nothing waits."""
-        lows = [int(r.starts[r.pos]) for r in self._runs]
-        if self._heap:
-            lows.append(self._heap[0][0])
-        return min(lows) if lows else None
 
     def any_in(self, lower: int, upper: int) -> bool:
         """Whether a window with ``lower <= start <= upper`` waits (both bounds inclusive)."""
