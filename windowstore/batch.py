@@ -821,22 +821,11 @@ def _record_path(proc: "SlidingWindowProcessor", records: Sequence[tuple[Hashabl
 
 
 # --------------------------------------------------------------------------------------------- emit on close
-def _emission_bounds(proc: "SlidingWindowProcessor", close: int) -> tuple[int, int] | None:
-    """``(lower, upper)`` window starts of the emission round at ``close`` (R27), ``None``: no round."""
-    last = proc.last_emit_close_time
-    if last != NO_TIMESTAMP and last >= close:
-        return None
-    upper = close - proc.td - 1
-    if upper < 0:
-        return None
-    return (0 if last == NO_TIMESTAMP else max(0, last - proc.td)), upper
-
-
 def _emission_visible(proc: "SlidingWindowProcessor", res: _Written, close: int) -> bool:
     """Whether every window the round at ``close`` may emit (waiting ones and the batch's new ones, starts in
     ``[lower, upper]``) is still above the retention bound once the batch is stored: then emitting them after the
     batch gives what emitting after each record gives (R29 loses nothing more). Checked before anything changes."""
-    bounds = _emission_bounds(proc, close)
+    bounds = proc._emission_bounds(close)
     if bounds is None:
         return True
     lower, upper = bounds
@@ -860,7 +849,7 @@ def _close_windows(proc: "SlidingWindowProcessor", keys: list[Hashable], res: _W
     proc._pending_close.add_run(new & _LOCAL, [keys[k] for k in (new >> _SHIFT).tolist()])
     if close is None:
         return
-    bounds = _emission_bounds(proc, close)
+    bounds = proc._emission_bounds(close)
     if bounds is None:
         return
     lower, upper = bounds
@@ -881,7 +870,9 @@ def _close_windows(proc: "SlidingWindowProcessor", keys: list[Hashable], res: _W
     emitted = 0
     if any(c is None for c in held) or len({c.kinds for c in held}) > 1:
         # a key the record path left as entries, or keys whose parts differ in type (int / float): per window
-        _emit_from_entries(proc, list(zip(S.tolist(), popped)))
+        closed = proc._final_updates(zip(S.tolist(), popped))
+        proc._closed.append(("updates", closed))
+        emitted = len(closed)
     elif n:
         found = np.zeros(n, bool)
         ts = np.zeros(n, _I64)
@@ -915,23 +906,6 @@ def _close_windows(proc: "SlidingWindowProcessor", keys: list[Hashable], res: _W
         emitted = len(keep)
     proc.stats.updates_emitted += emitted
     proc.last_emit_close_time = close
-
-
-def _emit_from_entries(proc: "SlidingWindowProcessor", popped: list[tuple[int, Hashable]]) -> None:
-    """The round's windows as updates, read from entries (``_maybe_emit_final``'s way; columnar keys are
-    materialized), for rounds the columns cannot hold; counts them."""
-    store = proc.store
-    finish = proc._finish
-    td = proc.td
-    out = []
-    for start, key in popped:
-        kw = store._load(key)  # entries (a key held as columns is materialized)
-        e = None if kw is None else kw._entries.get(start)
-        if e is not None:
-            out.append(_new_update(WindowUpdate, (key, start, start + td, e[0] if finish is None else finish(e[0]),
-                                                  e[1], e[2])))
-    proc._closed.append(("updates", out))
-    proc.stats.updates_emitted += len(out)
 
 
 def _finished(proc: "SlidingWindowProcessor", parts: list[Any], count: np.ndarray) -> dict[str, Any]:

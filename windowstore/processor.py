@@ -845,32 +845,46 @@ class SlidingWindowProcessor:
             if now < self._next_emit_ms:
                 return
             self._next_emit_ms = now + self.emit_interval_ms
+        bounds = self._emission_bounds(close)
+        if bounds is None:
+            return
+        lower, upper = bounds
+        bound = max(lower, self.store.read_bound())  # below it: the time-ordered store's retention (R29)
+        emitted = self._final_updates((s, k) for s, k in zip(*self._pending_close.pop_through(upper)) if s >= bound)
+        out.extend(emitted)
+        self.stats.updates_emitted += len(emitted)
+        self.last_emit_close_time = close
+
+    def _emission_bounds(self, close: int) -> tuple[int, int] | None:
+        """``(lower, upper)``: the window starts of the emission round at ``close`` (R27), both inclusive;
+        ``None`` when there is no round (nothing closed since the last one, or nothing can be closed yet)::
+
+            last round's close  L              this round's close  C
+            starts emitted:  [max(0, L - td) .. C - td - 1]     (a window [s, s + td] is closed once s + td < C)
+        """
         last = self.last_emit_close_time
         if last != NO_TIMESTAMP and last >= close:
-            return
-        td = self.td
-        upper = close - td - 1
+            return None
+        upper = close - self.td - 1
         if upper < 0:
-            return
-        lower = 0 if last == NO_TIMESTAMP else max(0, last - td)
+            return None
+        return (0 if last == NO_TIMESTAMP else max(0, last - self.td)), upper
+
+    def _final_updates(self, windows: Iterable[tuple[int, Hashable]]) -> list[WindowUpdate]:
+        """The final updates of ``windows`` ``(start, key)``, in that order, read from the keys' entries (a key
+        held as columns is materialized); a window no longer stored is left out."""
         store = self.store
-        bound = store.read_bound()
         finish = self._finish
-        emitted = 0
-        for start, key in zip(*self._pending_close.pop_through(upper)):
-            if start < lower or start < bound:
-                continue  # below the time-ordered store's retention: never emitted (R29)
+        td = self.td
+        out = []
+        for start, key in windows:
             kw = store._load(key)
             e = None if kw is None else kw._entries.get(start)  # close mode: never a lazy run
-            if e is None:
-                continue
-            acc = e[0]
-            out.append(
-                _new_update(WindowUpdate, (key, start, start + td, acc if finish is None else finish(acc), e[1], e[2]))
-            )
-            emitted += 1
-        self.stats.updates_emitted += emitted
-        self.last_emit_close_time = close
+            if e is not None:
+                acc = e[0]
+                out.append(_new_update(WindowUpdate, (key, start, start + td, acc if finish is None else finish(acc),
+                                                      e[1], e[2])))
+        return out
 
     # ------------------------------------------------------------------------------------------------ state
     def export_meta(self) -> bytes:
