@@ -412,7 +412,7 @@ def main() -> int:
     else:
         latency_rate = float(args.latency_rate)
     if latency_rate:
-        for i, name in enumerate(list(services) + ([] if args.skip_builtin else ["builtin"])):
+        for i, name in enumerate(order):
             ltopic = f"{run}-live-{i}"
             ensure_topics({"bootstrap.servers": bootstrap}, [TopicSpec(ltopic, args.partitions)])
             out_topic = f"{run}-live-{i}-out"
