@@ -209,7 +209,7 @@ def print_batches(progs):
         if o is not None:
             o = o.asDict()
             line += (" | out %(changelog)d python %(process_ns)s read %(state_read_ns)s write %(state_write_ns)s "
-                     "produce %(produce_ns)s hit %(state_cache_hit)d/%(task_batches)d buckets loaded "
+                     "produce %(produce_ns)s hit %(state_cache_hit)d/%(task_batches)d forwarded %(task_forwarded)d buckets loaded "
                      "%(state_buckets_loaded)d written %(state_buckets_written)d" % {
                          **o, **{k: f"{o[k] / 1e9:.2f}s" for k in ("process_ns", "state_read_ns", "state_write_ns",
                                                                     "produce_ns")}})

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -76,13 +77,15 @@ class OutputProducer:
     def __init__(self, config: Mapping[str, str]) -> None:
         from confluent_kafka import Producer
 
-        self._errors: list[str] = []
-        self._sent = 0  # rows handed to send() since the last wait()
+        self._failed = 0  # delivery failures so far (a batch looks at those since its first send)
+        self._last_error = ""
+        self._mine = threading.local()  # per thread: [rows handed to send() since its last wait(), errors then]
         self._producer = Producer({**config, "on_delivery": self._on_delivery, "error_cb": self._on_error})
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None:  # only failures are reported (delivery.report.only.error)
-            self._errors.append(f"{msg.topic()}: {err}")
+            self._failed += 1
+            self._last_error = f"{msg.topic()}: {err}"
 
     def _on_error(self, err: Any) -> None:
         logger.warning("Kafka producer: %s", err)
@@ -101,7 +104,8 @@ class OutputProducer:
         librdkafka's threads send them while the caller goes on (e.g. writes its state)."""
         p = self._producer
         produce = p.produce
-        self._sent += len(topics)
+        mine = self._batch()
+        mine[0] += len(topics)
         for topic, key, value, hdrs in zip(topics, keys, values, headers):
             while True:
                 try:
@@ -113,17 +117,31 @@ class OutputProducer:
                 except BufferError:  # the local queue is full: let librdkafka send some first
                     p.poll(0.05)
 
-    def wait(self) -> int:
-        """Wait until Kafka acknowledged every row handed to :meth:`send` since the last wait; returns how many.
+    def _batch(self) -> list[int]:
+        mine = getattr(self._mine, "batch", None)
+        if mine is None:
+            mine = self._mine.batch = [0, self._failed]
+        return mine
 
-        Raises :class:`DeliveryError` when any record was not delivered."""
+    def wait(self) -> int:
+        """Wait until Kafka acknowledged every row this thread handed to :meth:`send` since its last wait;
+        returns how many.
+
+        Raises :class:`DeliveryError` when any record was not delivered. Several threads may send and wait
+        at once (a worker's own task batch and the batches it runs for others, :mod:`service.owners`): a
+        wait returns only when the producer's whole queue is delivered, so every failure of this thread's
+        records is known by then, and any failure reported since its first send fails it (a batch may fail
+        for another one's record and be retried; none succeeds with a record missing)."""
         p = self._producer
+        mine = self._batch()
         while len(p):  # bounded: every record is delivered or fails within message.timeout.ms
             p.flush(1.0)
-        sent, self._sent = self._sent, 0
-        errors, self._errors = self._errors, []
-        if errors:
-            raise DeliveryError(f"{len(errors)} of {sent} output records were not delivered, e.g. {errors[0]}")
+        self._mine.batch = None
+        sent, first_error = mine
+        failed = self._failed - first_error
+        if failed:
+            raise DeliveryError(f"{failed} output records were not delivered while this batch's {sent} were in "
+                                f"flight, e.g. {self._last_error}")
         return sent
 
     def close(self) -> None:

@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 from connectors.producer import PRODUCER_DEFAULTS, producer_config, producer_for
+from service import owners
 from service.processing import STATS_FIELDS, TaskConfig, TaskOutput, TaskRunner, TaskState, process_task_batch
 from service.spool import spool_id
 
@@ -89,6 +91,7 @@ def task_config(settings: Any, key_schema_id: int | None = None, value_schema_id
         state_cache=settings.state_cache,
         state_snapshot_every=settings.state_snapshot_every,
         log_spool=spool_id(settings.checkpoint_dir) if settings.state_log_share and settings.state_cache else "",
+        owners=secrets.token_hex(16) if settings.task_owners and settings.state_cache else "",
         sink=settings.sink,
         producer=tuple(sorted(producer_config(settings.bootstrap_servers, settings.kafka_options).items()))
         if settings.sink == "direct" else (),
@@ -175,26 +178,15 @@ class WindowTaskProcessor(_StatefulProcessorBase):  # type: ignore[misc,valid-ty
             pdf = pdf.sort_values("offset", kind="stable")
             offsets = pdf["offset"].to_numpy()
 
-        producer = producer_for(dict(self.config.producer)) if self.config.sink == "direct" else None
-        out = process_task_batch(
-            _runner(self.config),
-            _SparkTaskState(self.task_state, self.buckets_state),
-            topic,
-            partition,
-            offsets.tolist(),
-            pdf["key"].tolist(),
-            pdf["value"].tolist(),
-            pdf["ts"].tolist(),
-            # direct sink: the rows are handed to the producer before the state is written ...
-            on_output=None if producer is None else lambda o: producer.send(o.topic, o.key, o.value, o.headers),
-        )
+        state = _SparkTaskState(self.task_state, self.buckets_state)
+        batch = (offsets.tolist(), pdf["key"].tolist(), pdf["value"].tolist(), pdf["ts"].tolist())
+        if self.config.owners and owners.SUPPORTED:
+            out, forwarded = owners.run(run_batch, self.config, state, topic, partition, *batch)
+            out.stats["task_forwarded"] = int(forwarded)
+        else:
+            out = run_batch(self.config, state, topic, partition, *batch)
         s = out.stats
-        if producer is not None:
-            # ... and acknowledged before this task's micro-batch can complete (a failure fails the batch)
-            t0 = time.perf_counter_ns()
-            producer.wait()
-            s["produce_ns"] += time.perf_counter_ns() - t0
-        elif len(out):
+        if self.config.sink != "direct" and len(out):
             yield _rows_frame(out)
         yield pd.DataFrame({"kind": ["stats"], "topic": [None], "key": [None], "value": [None], "headers": [None],
                             "task_topic": [topic], "task_partition": [partition],
@@ -202,6 +194,24 @@ class WindowTaskProcessor(_StatefulProcessorBase):  # type: ignore[misc,valid-ty
 
     def close(self) -> None:
         pass
+
+
+def run_batch(config: TaskConfig, state: TaskState, topic: str, partition: int, offsets: list[int],
+              keys: list[Any], values: list[Any], timestamps: list[Any]) -> TaskOutput:
+    """One task batch in this Python worker (:func:`service.processing.process_task_batch`); with the direct
+    sink its rows are produced here and acknowledged before it returns (a failure fails the batch)."""
+    producer = producer_for(dict(config.producer)) if config.sink == "direct" else None
+    out = process_task_batch(
+        _runner(config), state, topic, partition, offsets, keys, values, timestamps,
+        # direct sink: the rows are handed to the producer before the state is written ...
+        on_output=None if producer is None else lambda o: producer.send(o.topic, o.key, o.value, o.headers),
+    )
+    if producer is not None:
+        # ... and acknowledged before this task's micro-batch can complete
+        t0 = time.perf_counter_ns()
+        producer.wait()
+        out.stats["produce_ns"] += time.perf_counter_ns() - t0
+    return out
 
 
 def _rows_frame(out: TaskOutput):  # -> pandas.DataFrame

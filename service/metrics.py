@@ -139,6 +139,8 @@ state_log_replayed = Counter(P + "state_log_replayed_total", "Task log entries r
                              "committed state (a worker behind its task, or a restore)", registry=REGISTRY)
 state_log_shared = Counter(P + "state_log_shared_total", "Task log entries an idle Python worker replayed from "
                            "the other workers' shared files (off the batches' critical path)", registry=REGISTRY)
+tasks_forwarded = Counter(P + "task_batches_forwarded_total", "Task batches Spark gave one Python worker that ran in "
+                          "the worker owning the task (task_owners)", registry=REGISTRY)
 state_snapshots = Counter(P + "state_snapshots_total", "Task batches that wrote a snapshot (key buckets) "
                           "instead of a log entry", registry=REGISTRY)
 task_batches = Counter(P + "task_batches_total", "Task micro-batches processed (one per input partition with "
@@ -155,7 +157,7 @@ METRICS: dict[str, Any] = {m._name: m for m in (
     windows_created, windows_updated, windows_expired, windows_skipped, record_lateness, e2e_latency,
     batch_duration, batches, last_progress, stream_time, partition_stream_time, input_rate, processed_rate,
     consumer_lag, offsets_behind, state_windows, state_rows, state_bytes, state_buckets_written, state_cache_hits,
-    state_log_replayed, state_log_shared, state_snapshots, task_batches, worker_seconds,
+    state_log_replayed, state_log_shared, tasks_forwarded, state_snapshots, task_batches, worker_seconds,
     lag_poll_errors)}
 
 # label values known up front (so every series exists from the first scrape, at 0)
@@ -236,6 +238,7 @@ def record_progress(observed: Mapping[str, Any], progress: Mapping[str, Any], la
     state_cache_hits.inc(o.get("state_cache_hit", 0))
     state_log_replayed.inc(o.get("state_log_replayed", 0))
     state_log_shared.inc(o.get("state_log_shared", 0))
+    tasks_forwarded.inc(o.get("task_forwarded", 0))
     state_snapshots.inc(o.get("state_snapshot", 0))
     task_batches.inc(o.get("task_batches", 0))
     worker_seconds.labels("process").inc(o.get("process_ns", 0) / 1e9)

@@ -33,7 +33,7 @@ from service import spool
 from service.metrics import LATENCY_BUCKETS_MS, LATENESS_BUCKETS_MS
 
 __all__ = ["TaskConfig", "TaskStats", "TaskOutput", "TaskRunner", "TaskState", "DictTaskState", "process_task_batch", "bucket_of",
-           "encode_bucket", "decode_bucket", "spool_catch_up", "stop_catch_up_thread",
+           "encode_bucket", "decode_bucket", "spool_catch_up", "stop_catch_up_thread", "drop_cached", "worker_busy",
            "OUTPUT_KINDS", "STATS_FIELDS"]
 
 logger = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ STATS_FIELDS = (
     "state_snapshot",  # 1 when the batch wrote a snapshot (key buckets) instead of a log entry
     "state_log_shared",  # log entries this worker replayed while idle (service.spool) since its last task batch
     "state_log_shared_ns",  # and the time it took (not part of process_ns)
+    "task_forwarded",  # 1 when the batch ran in the Python worker that owns the task, not Spark's (service.owners)
     "stream_time",  # the task's stream time after the batch (-1: none yet)
     "max_offset",  # largest input offset in the batch
     "lateness_ms_sum",  # sum over accepted + late records of stream_time - ts (>= 0)
@@ -106,6 +107,7 @@ class TaskConfig:
     state_cache: bool = True  # keep the processor in the Python worker between micro-batches (token-checked)
     state_snapshot_every: int = 8  # write the key buckets every n-th batch, a log entry of the input otherwise
     log_spool: str = ""  # share log entries between this machine's workers under this id (service.spool); "": off
+    owners: str = ""  # run a task's batches in the worker that owns it, with this query key (service.owners); "": off
     sink: str = "spark"  # "direct": the worker produces the output rows itself (connectors.producer)
     producer: tuple[tuple[str, Any], ...] = ()  # the direct producer's librdkafka settings
 
@@ -548,6 +550,16 @@ SPOOL_POLL_SECONDS = 0.02
 #: tasks whose shared entries failed to replay in this worker: not built from their first entry again (a task
 #: batch brings them back from the store), so a bad entry is one warning, not one per poll
 _NOT_ADOPTED: set[tuple[Any, str, int]] = set()
+
+
+def drop_cached(config: TaskConfig, topic: str, partition: int) -> None:
+    """Forget this worker's cached processor of a task (another worker takes the task over)."""
+    _CACHE.pop((config, topic, partition), None)
+
+
+def worker_busy() -> bool:
+    """Whether a task batch runs in this worker now (or one waits to)."""
+    return _WORKER_LOCK.locked() or _tasks_waiting > 0
 
 
 _P = ParamSpec("_P")

@@ -258,10 +258,13 @@ class Settings:
                                    "with state_cache off every batch replays the log)", "N")
     state_cache: bool = _s(True, _bool, "keep each task's windows in the Python worker between micro-batches "
                                         "(validated against the state store; false: always read the store)")
-    state_log_share: bool = _s(True, _bool, "also leave each task batch's log entry in a local temp directory, so "
+    state_log_share: bool = _s(False, _bool, "also leave each task batch's log entry in a local temp directory, so "
                                "an idle Python worker on the same machine replays the batches another worker ran "
                                "(from a new task's first batch on) and is up to date when Spark hands it the task "
-                               "(needs state_cache)")
+                               "(needs state_cache; with task_owners on it only doubles the window work)")
+    task_owners: bool = _s(True, _bool, "run each task's batches in the Python worker that holds its windows: a "
+                           "worker Spark hands another worker's task forwards the batch to it over a local socket "
+                           "(Linux; needs state_cache; service.owners)")
     app_name: str = _s("slidingwindow", _nonempty, "Spark application name", "NAME")
     spark_conf: tuple[tuple[str, str], ...] = _s((), _kafka_options, "extra Spark settings (k=v,k=v)", "K=V,...",
                                                  show=lambda v: ",".join(f"{k}={x}" for k, x in v))

@@ -82,10 +82,50 @@ def test_write_delivers_everything_in_order(kafka_bootstrap, make_topic):
 def test_undelivered_records_raise():
     p = OutputProducer({**producer_config("127.0.0.1:1"), "message.timeout.ms": "1500"})
     try:
-        with pytest.raises(DeliveryError, match="2 of 2 output records were not delivered"):
+        with pytest.raises(DeliveryError, match="2 output records were not delivered while this batch's 2"):
             p.write(["t", "t"], [b"k", None], [b"v", b"w"], [None, [("h", b"x")]])
     finally:
         p.close()  # nothing is left queued; without it the producer retries port 1 until the process exits
+
+
+def test_a_failure_fails_every_batch_in_flight_and_no_later_one():
+    """Threads sharing the producer (a worker's own batch and one it runs for another worker): a failure
+    reported while a thread's batch is in flight fails that batch; a batch that starts later does not see it."""
+    import threading
+
+    class Msg:
+        def topic(self) -> str:
+            return "t"
+
+    p = OutputProducer(producer_config("127.0.0.1:1"))
+    try:
+        p.send([], [], [], [])  # thread 1's batch starts (nothing queued, so its wait does not block)
+        results: dict[str, object] = {}
+
+        def other() -> None:
+            p.send([], [], [], [])
+            results["before"] = "started"
+            started.set()
+            failed.wait()
+            try:
+                results["wait"] = p.wait()
+            except DeliveryError as e:
+                results["wait"] = e
+
+        started, failed = threading.Event(), threading.Event()
+        t = threading.Thread(target=other)
+        t.start()
+        started.wait()
+        p._on_delivery("broker down", Msg())  # a delivery report, as librdkafka's poll would call it
+        failed.set()
+        t.join()
+        assert isinstance(results["wait"], DeliveryError)
+        with pytest.raises(DeliveryError, match="1 output records were not delivered.*t: broker down"):
+            p.wait()
+        p.send([], [], [], [])  # a batch after the failure
+        assert p.wait() == 0
+    finally:
+        p.close()
 
 
 def test_rejected_settings_fail_at_start():
