@@ -80,15 +80,20 @@ def doubles(values: np.ndarray) -> Piece:
     return Piece(v.view(_U8).reshape(len(v), 8), None)
 
 
-def strings(values: Sequence[str]) -> Piece:
-    """Avro strings (length + UTF-8) of a column of ``str``; each distinct value is encoded once.
+def strings(values: Sequence[str], row_ids: np.ndarray | None = None) -> Piece:
+    """Avro strings (length + UTF-8) of a column of ``str``; each distinct value is encoded once. With
+    ``row_ids`` (int64), ``values`` is a table and row ``i`` is ``values[row_ids[i]]``.
 
     Raises ``TypeError`` for a value that is not a ``str`` (and ``UnicodeEncodeError`` for a lone surrogate)."""
-    ids: dict[str, int] = {}
-    setdefault = ids.setdefault
-    row_ids = np.fromiter((setdefault(s, len(ids)) for s in values), _I64, len(values))
+    if row_ids is None:
+        ids: dict[str, int] = {}
+        setdefault = ids.setdefault
+        row_ids = np.fromiter((setdefault(s, len(ids)) for s in values), _I64, len(values))
+        table: Sequence[str] = list(ids)
+    else:
+        table = values
     encoded = []
-    for s in ids:
+    for s in table:
         if type(s) is not str:
             raise TypeError(f"an Avro string must be a str, not {type(s).__name__}")
         b = s.encode("utf-8")

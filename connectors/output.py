@@ -222,7 +222,8 @@ class ChangelogEncoder:
         keys = cols["key"]
         if not len(keys):
             return [], []
-        key_piece = self._avro_key_piece(keys) if "avro" in (self.spec.key_format, self.spec.value_format) else None
+        key_piece = (self._avro_key_piece(keys, cols.get("key_table"), cols.get("key_id"))
+                     if "avro" in (self.spec.key_format, self.spec.value_format) else None)
         avro_keys = self._avro_keys(cols, key_piece) if self.spec.key_format == "avro" else None
         avro_values = self._avro_values(cols, key_piece, emit_time) if self.spec.value_format == "avro" else None
         if avro_keys is not None and avro_values is not None:
@@ -278,8 +279,11 @@ class ChangelogEncoder:
         return out_keys, out_values
 
     @staticmethod
-    def _avro_key_piece(keys: Sequence[Any]) -> avro_columns.Piece | None:
+    def _avro_key_piece(keys: Sequence[Any], table: Sequence[Any] | None = None,
+                        ids: Any = None) -> avro_columns.Piece | None:
         try:
+            if table is not None and ids is not None:  # the distinct keys and each row's index into them
+                return avro_columns.strings(table, np.asarray(ids, np.int64))
             return avro_columns.strings(keys)
         except (TypeError, UnicodeError):
             return None

@@ -543,6 +543,7 @@ CACHE_MAX_TASKS = 64
 #: held by a task batch for its whole run, and by the idle worker's catch-up for one entry at a time
 _WORKER_LOCK = threading.Lock()
 _tasks_waiting = 0  # task batches waiting for the lock: the catch-up thread steps aside
+_waiting_lock = threading.Lock()  # several threads start task batches (service.owners): += is not atomic
 _catch_up_thread: threading.Thread | None = None
 _catch_up_stop = threading.Event()
 _shared_since_task = [0, 0]  # entries the catch-up thread replayed since the last task batch, and their ns
@@ -575,9 +576,11 @@ def _one_task_at_a_time(fn: _TaskBatch[_P]) -> _TaskBatch[_P]:
         global _tasks_waiting, _shared_since_task
         if runner.config.log_spool and runner.config.state_cache:
             _start_catch_up_thread()
-        _tasks_waiting += 1
+        with _waiting_lock:
+            _tasks_waiting += 1
         with _WORKER_LOCK:
-            _tasks_waiting -= 1
+            with _waiting_lock:
+                _tasks_waiting -= 1
             shared, _shared_since_task = _shared_since_task, [0, 0]
             out = fn(runner, *args, **kwargs)
         out.stats["state_log_shared"], out.stats["state_log_shared_ns"] = shared

@@ -967,7 +967,9 @@ def pending_entries(proc: "SlidingWindowProcessor") -> dict[tuple[Hashable, int]
 
 def flush_columns(proc: "SlidingWindowProcessor") -> dict[str, Any]:
     """The update-mode flush as columns: ``key`` (list), ``start``, ``end``, ``ts``, ``count`` (int64 arrays)
-    and ``values`` {output name: array} of finished aggregates; rows in last-write order."""
+    and ``values`` {output name: array} of finished aggregates; rows in last-write order. When the rows come
+    from one batch-path segment, also ``key_table`` (distinct keys) and ``key_id`` (int64 array):
+    ``key[i] == key_table[key_id[i]]``."""
     plan = proc._plan
     agg = proc.aggregation
     names = [p.name for p in agg.parts] if isinstance(agg, Composite) else [agg.name]
@@ -988,6 +990,8 @@ def flush_columns(proc: "SlidingWindowProcessor") -> dict[str, Any]:
         proc.stats.updates_emitted += len(start)
         return {
             "key": _object_array(keys)[seg["key_id"]].tolist(),
+            "key_table": keys,  # the same keys as ids into a table of distinct keys (encoders use them)
+            "key_id": seg["key_id"],
             "start": start,
             "end": start + proc.td,
             "ts": seg["ts"],

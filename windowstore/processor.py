@@ -281,7 +281,8 @@ class SlidingWindowProcessor:
     def flush_columns(self) -> dict[str, Any]:
         """Like :meth:`flush`, as columns: ``key`` (list), ``start``, ``end``, ``ts``, ``count`` (int64 numpy
         arrays) and ``values`` {aggregation output name: array}. No Python object per window when the batch
-        path produced the updates."""
+        path produced the updates; then ``key_table`` and ``key_id`` give the keys as ids into a table of
+        distinct keys as well (``key[i] == key_table[key_id[i]]``)."""
         from .batch import flush_columns
 
         return flush_columns(self)

@@ -55,6 +55,13 @@ def test_strings_are_fastavro_strings(values):
     assert rows_of(ac.strings(values)) == [fastavro_bytes("string", v) for v in values]
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(KEYS, min_size=1, max_size=8, unique=True), st.lists(st.integers(0, 7), max_size=30))
+def test_strings_by_row_ids_are_the_rows_strings(table, ids):
+    ids = [i % len(table) for i in ids]
+    assert rows_of(ac.strings(table, np.asarray(ids, np.int64))) == [fastavro_bytes("string", table[i]) for i in ids]
+
+
 def test_strings_reject_non_str():
     with pytest.raises(TypeError):
         ac.strings(["a", 3])
