@@ -180,12 +180,9 @@ class WindowTaskProcessor(_StatefulProcessorBase):  # type: ignore[misc,valid-ty
 
         state = _SparkTaskState(self.task_state, self.buckets_state)
         batch = (offsets.tolist(), pdf["key"].tolist(), pdf["value"].tolist(), pdf["ts"].tolist())
-        if self.config.owners and owners.SUPPORTED:
-            out, forwarded = owners.run(run_batch, self.config, state, topic, partition, *batch)
-            out.stats["task_forwarded"] = int(forwarded)
-        else:
-            out = run_batch(self.config, state, topic, partition, *batch)
+        out, forwarded = owners.run(run_batch, self.config, state, topic, partition, *batch)
         s = out.stats
+        s["task_forwarded"] = int(forwarded)
         if self.config.sink != "direct" and len(out):
             yield _rows_frame(out)
         yield pd.DataFrame({"kind": ["stats"], "topic": [None], "key": [None], "value": [None], "headers": [None],

@@ -83,14 +83,21 @@ def address(config: TaskConfig, topic: str, partition: int) -> str:
 def owned(config: TaskConfig) -> int:
     """How many tasks of ``config``'s query this worker owns."""
     with _lock:
-        return sum(1 for _l, c, *_x in _owned.values() if c == config)
+        return _count(config)
+
+
+def _count(config: TaskConfig) -> int:  # the caller holds _lock
+    return sum(1 for _l, c, *_x in _owned.values() if c == config)
 
 
 def run(fn: RunBatch, config: TaskConfig, state: TaskState, topic: str, partition: int, offsets: Sequence[int],
         keys: Sequence[Any], values: Sequence[Any], timestamps: Sequence[Any]) -> tuple[TaskOutput, bool]:
     """Run a task batch where its processor is: here when this worker owns the task (or nobody does: then this
-    worker becomes its owner), else in the owner's worker. Returns the output and whether it was forwarded."""
+    worker becomes its owner), else in the owner's worker. Returns the output and whether it was forwarded.
+    Without owners (``config.owners`` empty, or not Linux) the batch simply runs here."""
     batch = (offsets, keys, values, timestamps)
+    if not SUPPORTED or not config.owners:
+        return fn(config, state, topic, partition, *batch), False
     addr = address(config, topic, partition)
     with _lock:
         mine = addr in _owned
@@ -164,8 +171,6 @@ def _forward(addr: str, config: TaskConfig, state: TaskState, topic: str, partit
 
 # ------------------------------------------------------------------------------------------------ owner side
 def _claim(addr: str, config: TaskConfig, topic: str, partition: int, fn: RunBatch) -> None:
-    if not SUPPORTED or not config.owners:
-        return
     try:
         listener = Listener(addr, family="AF_UNIX", authkey=config.owners.encode())
     except OSError as e:  # taken meanwhile: that worker owns it
@@ -205,7 +210,7 @@ def _handle(addr: str, listener: Listener, conn: Connection) -> None:
         return
     with _lock:
         entry = _owned.get(addr)
-        mine = sum(1 for _l, c, *_x in _owned.values() if entry is not None and c == entry[1])
+        mine = _count(entry[1]) if entry is not None else 0
         give_up = entry is not None and worker_busy() and mine >= theirs + STEAL_MARGIN
         if give_up:
             del _owned[addr]
