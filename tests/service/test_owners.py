@@ -41,8 +41,8 @@ def failing(cfg, state, topic, partition, *batch):
     raise ValueError("the owner's batch broke")
 
 
-def slices(n_batches: int = 6, per: int = 150, partition: int = 0):
-    events = [e for e in payment_events(n_batches * per * 2, partitions=1, bad_fraction=0.02)][:n_batches * per]
+def slices(n_batches: int = 6, per: int = 150):
+    events = payment_events(n_batches * per * 2, partitions=1, bad_fraction=0.02)[:n_batches * per]
     out = []
     for b in range(n_batches):
         chunk = events[b * per:(b + 1) * per]
@@ -62,14 +62,13 @@ def reference(batches):
     return [rows(process_task_batch(TaskRunner(cfg), state, TOPIC, 0, *b, emit_time_ms=5)) for b in batches]
 
 
-def _child(conn, cfg, fn_name, jobs):
+def _child(conn, cfg, jobs):
     """The other Python worker: runs the given batches through owners.run against the given states."""
-    fn = {"run_local": run_local, "failing": failing}[fn_name]
     results = []
     for state_blob, partition, b in jobs:
         state = pickle.loads(state_blob)
         try:
-            out, forwarded = owners.run(fn, cfg, state, TOPIC, partition, *b)
+            out, forwarded = owners.run(run_local, cfg, state, TOPIC, partition, *b)
             results.append(("ok", rows(out), forwarded, out.stats["state_cache_hit"], pickle.dumps(state)))
         except Exception as e:  # noqa: BLE001 - reported to the test
             results.append(("error", str(e)))
@@ -77,10 +76,10 @@ def _child(conn, cfg, fn_name, jobs):
     conn.close()
 
 
-def in_child(cfg, jobs, fn_name="run_local"):
+def in_child(cfg, jobs):
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    p = ctx.Process(target=_child, args=(child, cfg, fn_name, jobs))
+    p = ctx.Process(target=_child, args=(child, cfg, jobs))
     p.start()
     try:
         assert parent.poll(120), "the child worker did not answer"
