@@ -71,7 +71,13 @@ def longs(values: np.ndarray) -> Piece:
     for i in range(width):
         seven = ((z >> _U64(7 * i)) & _U64(0x7F)).astype(_U8)
         data[:, i] = seven | ((lengths > i + 1).astype(_U8) << 7)
-    return Piece(data, lengths)
+    return Piece(data, _unless_uniform(lengths, width))
+
+
+def _unless_uniform(lengths: np.ndarray, width: int) -> np.ndarray | None:
+    """``lengths``, or None when every row uses the full ``width`` (e.g. timestamps of one era all take 6
+    bytes): :func:`encode_rows` then needs no mask for the piece."""
+    return None if not len(lengths) or int(lengths.min()) == width else lengths
 
 
 def doubles(values: np.ndarray) -> Piece:
@@ -101,6 +107,8 @@ def strings(values: Sequence[str], row_ids: np.ndarray | None = None) -> Piece:
     width = max(map(len, encoded), default=0)
     table = np.frombuffer(b"".join(e.ljust(width, b"\0") for e in encoded), _U8).reshape(len(encoded), width)
     table_lengths = np.fromiter(map(len, encoded), _I64, len(encoded))
+    if len(encoded) and int(table_lengths.min()) == width:  # e.g. account ids of one length
+        return Piece(table[row_ids], None)
     return Piece(table[row_ids], table_lengths[row_ids])
 
 
@@ -109,25 +117,34 @@ def encode_rows(n: int, pieces: Sequence[Piece]) -> list[bytes]:
 
     ::
 
-        padded:  row i | piece 0 (row i) ..pad.. | piece 1 (row i) ..pad.. | ... |
+        padded:  row i | piece 0 (row i) ..pad.. | piece 1 (row i) | piece 2 (row i) ..pad.. | ...
+                        <------- w0 ----------->  <----- w1 ----->  <------- w2 ----------->
         used bytes, row by row:  | row 0 | row 1 | ... | row n-1 |   one buffer, cut at the row ends
+
+    Only pieces whose rows differ in length (``lengths`` set) need a mask; when there are none every row is
+    ``w0 + w1 + ...`` bytes and the padded matrix already is the buffer.
     """
     if n == 0:
         return []
-    blocks, masks = [], []
-    lengths = np.zeros(n, _I64)
+    width = sum(p.data.shape[1] for p in pieces)
+    padded = np.empty((n, width), _U8)
+    varying = []
+    at = 0
     for p in pieces:
-        width = p.data.shape[1]
-        if not width:
-            continue
-        blocks.append(np.broadcast_to(p.data, (n, width)))
-        if p.lengths is None:
-            masks.append(np.ones((n, width), bool))
-            lengths += width
-        else:
-            masks.append(np.arange(width) < p.lengths[:, None])
-            lengths += p.lengths
-    # every row's pieces side by side, padded; the used bytes in row-major order are the rows back to back
-    data = np.concatenate(blocks, axis=1)[np.concatenate(masks, axis=1)].tobytes()
+        w = p.data.shape[1]
+        padded[:, at:at + w] = p.data  # a constant's one row is broadcast
+        if p.lengths is not None:
+            varying.append((at, w, p.lengths))
+        at += w
+    if not varying:
+        data = padded.tobytes()
+        return [data[a:a + width] for a in range(0, n * width, width)]
+    used = np.ones((n, width), bool)
+    lengths = np.full(n, width, _I64)
+    for at, w, piece_lengths in varying:
+        used[:, at:at + w] = np.arange(w) < piece_lengths[:, None]
+        lengths -= w - piece_lengths
+    # the used bytes in row-major order are the rows back to back
+    data = padded[used].tobytes()
     ends = np.cumsum(lengths).tolist()
     return [data[a:b] for a, b in zip([0, *ends[:-1]], ends)]

@@ -222,10 +222,18 @@ class ChangelogEncoder:
         keys = cols["key"]
         if not len(keys):
             return [], []
-        key_piece = (self._avro_key_piece(keys, cols.get("key_table"), cols.get("key_id"))
-                     if "avro" in (self.spec.key_format, self.spec.value_format) else None)
-        avro_keys = self._avro_keys(cols, key_piece) if self.spec.key_format == "avro" else None
-        avro_values = self._avro_values(cols, key_piece, emit_time) if self.spec.value_format == "avro" else None
+        avro_keys = avro_values = None
+        if "avro" in (self.spec.key_format, self.spec.value_format):
+            key_piece = self._avro_key_piece(keys, cols.get("key_table"), cols.get("key_id"))
+            start, end = _int64(cols["start"]), _int64(cols["end"])
+            if key_piece is not None and start is not None and end is not None:
+                # the pieces both the Avro key and the Avro value begin with: key, window start, window end
+                window = [key_piece, avro_columns.longs(start), avro_columns.longs(end)]
+                if self.spec.key_format == "avro":
+                    avro_keys = avro_columns.encode_rows(len(start), [avro_columns.constant(self._key_frame),
+                                                                      *window])
+                if self.spec.value_format == "avro":
+                    avro_values = self._avro_values(cols, window, emit_time)
         if avro_keys is not None and avro_values is not None:
             return avro_keys, avro_values
         starts = _tolist(cols["start"])
@@ -288,31 +296,23 @@ class ChangelogEncoder:
         except (TypeError, UnicodeError):
             return None
 
-    def _avro_keys(self, cols: dict[str, Any], key: avro_columns.Piece | None) -> list[bytes] | None:
-        """Avro keys of all rows at once (:mod:`connectors.avro_columns`); ``None`` when a column does not fit
-        (the caller then encodes row by row with fastavro, which gives the same bytes or the error)."""
-        start, end = _int64(cols["start"]), _int64(cols["end"])
-        if key is None or start is None or end is None:
+    def _avro_values(self, cols: dict[str, Any], window: list[avro_columns.Piece],
+                     emit_time: int) -> list[bytes] | None:
+        """Avro values of all rows at once (:mod:`connectors.avro_columns`) after the ``window`` pieces (key,
+        start, end): integer columns as longs, float columns as doubles, each aggregate in the union branch
+        fastavro would pick for it. ``None`` when a column does not fit (the caller then encodes row by row
+        with fastavro, which gives the same bytes or the error)."""
+        count, ts = _int64(cols["count"]), _int64(cols["ts"])
+        if count is None or ts is None:
             return None
-        return avro_columns.encode_rows(len(start), [avro_columns.constant(self._key_frame), key,
-                                                     avro_columns.longs(start), avro_columns.longs(end)])
-
-    def _avro_values(self, cols: dict[str, Any], key: avro_columns.Piece | None, emit_time: int) -> list[bytes] | None:
-        """Avro values of all rows at once, like :meth:`_avro_keys`: integer columns as longs, float columns as
-        doubles, each aggregate in the union branch fastavro would pick for it."""
-        ints = [_int64(cols[c]) for c in ("start", "end", "count", "ts")]
-        if key is None or any(a is None for a in ints):
-            return None
-        start, end, count, ts = ints
-        pieces = [avro_columns.constant(self._value_frame), key, avro_columns.longs(start),
-                  avro_columns.longs(end), avro_columns.longs(count), avro_columns.longs(ts),
-                  avro_columns.constant(avro_columns.zigzag_varint(int(emit_time)))]
+        pieces = [avro_columns.constant(self._value_frame), *window, avro_columns.longs(count),
+                  avro_columns.longs(ts), avro_columns.constant(avro_columns.zigzag_varint(int(emit_time)))]
         for name, avro_type in self._types:
             field = _avro_field(avro_type, cols["values"][name])
             if field is None:
                 return None
             pieces.extend(field)
-        return avro_columns.encode_rows(len(start), pieces)
+        return avro_columns.encode_rows(len(count), pieces)
 
 
 def _avro_field(avro_type: Any, col: Any) -> list[avro_columns.Piece] | None:

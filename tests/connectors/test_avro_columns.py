@@ -77,6 +77,29 @@ def test_rows_mix_constant_fixed_and_variable_pieces():
     assert ac.encode_rows(0, pieces[:1]) == []
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(INT64, st.sampled_from(["k1", "k22", "acct-1", ""]),
+                          st.integers(2**35, 2**40), st.integers(0, 200)), max_size=25))
+def test_rows_are_their_pieces_rows_back_to_back(rows):
+    """Pieces whose rows all have one length (timestamps of one era, keys of one length) go without a mask;
+    either way each row is its pieces' bytes in order."""
+    if not rows:
+        assert ac.encode_rows(0, [ac.constant(b"\x02")]) == []
+        return
+    a, keys, era, small = (list(c) for c in zip(*rows))
+    pieces = [ac.longs(np.array(a, np.int64)), ac.strings(keys), ac.constant(b"\x02"),
+              ac.longs(np.array(era, np.int64)), ac.longs(np.array(small, np.int64))]
+    each = [rows_of(p) if len(p.data) == len(rows) else [bytes(p.data[0])] * len(rows) for p in pieces]
+    assert ac.encode_rows(len(rows), pieces) == [b"".join(parts) for parts in zip(*each)]
+
+
+def test_a_column_of_one_encoded_length_needs_no_mask():
+    assert ac.longs(np.array([2**36, 2**37, 2**38], np.int64)).lengths is None  # 6 bytes each
+    assert ac.longs(np.array([1, 2**40], np.int64)).lengths.tolist() == [1, 6]
+    assert ac.strings(["ab", "cd", "ab"]).lengths is None
+    assert ac.strings(["ab", "c"]).lengths.tolist() == [3, 2]
+
+
 AGGS = "count,sum:amount,max:amount,mean:amount"
 
 
