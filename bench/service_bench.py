@@ -30,10 +30,11 @@
      window), a 60 s / 10 s hopping one 6, so this percentile measures the input's disorder times the window
      overlap as much as the system.
 
-   Both over the updates of windows whose newest record was sent from 15 s after the live producer started.
-   The from-send p99 is also given over the updates sent once every window is full (``--td`` after the
-   start: the windows hold live records only and every key's batch writes its ~td/interval windows), the
-   steady state the whole window mixes with the filling phase.
+   Both are taken over the updates of windows whose newest record was sent at least 15 s after the live
+   producer started. The from-send p99 is also given over the updates sent at least ``--td`` after the start
+   ("windows full"; ``-`` when the live phase is shorter). By then every window holds live records only, so
+   each batch rewrites all of a key's windows: the steady state. The first figure mixes that with the phase
+   in which the windows fill.
 
 Prints a Markdown table (``--out FILE`` appends it).
 """
@@ -487,7 +488,7 @@ def main() -> int:
         for name, r in lat.items():
             lines.append(f"| {name} | {r.get('rate', 0):.0f} | {r.get('p50_ms')} | {r.get('p99_ms')} | "
                          f"{r.get('max_ms')} | {r.get('event_p50_ms')} | {r.get('event_p99_ms')} | "
-                         f"{r.get('event_max_ms')} | {r.get('full_p99_ms')} | {r.get('batch_s_p50') or 0:.2f} |")
+                         f"{r.get('event_max_ms')} | {r.get('full_p99_ms', '-')} | {r.get('batch_s_p50') or 0:.2f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
