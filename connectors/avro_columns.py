@@ -75,8 +75,8 @@ def longs(values: np.ndarray) -> Piece:
 
 
 def _unless_uniform(lengths: np.ndarray, width: int) -> np.ndarray | None:
-    """``lengths``, or None when every row uses the full ``width`` (e.g. timestamps of one era all take 6
-    bytes): :func:`encode_rows` then needs no mask for the piece."""
+    """``lengths``, or None when every row (or every table entry) uses the full ``width`` (e.g. timestamps of
+    one era all take 6 bytes): :func:`encode_rows` then needs no mask for the piece."""
     return None if not len(lengths) or int(lengths.min()) == width else lengths
 
 
@@ -107,9 +107,8 @@ def strings(values: Sequence[str], row_ids: np.ndarray | None = None) -> Piece:
     width = max(map(len, encoded), default=0)
     table = np.frombuffer(b"".join(e.ljust(width, b"\0") for e in encoded), _U8).reshape(len(encoded), width)
     table_lengths = np.fromiter(map(len, encoded), _I64, len(encoded))
-    if len(encoded) and int(table_lengths.min()) == width:  # e.g. account ids of one length
-        return Piece(table[row_ids], None)
-    return Piece(table[row_ids], table_lengths[row_ids])
+    lengths = _unless_uniform(table_lengths, width)  # e.g. account ids of one length: no lengths
+    return Piece(table[row_ids], None if lengths is None else lengths[row_ids])
 
 
 def encode_rows(n: int, pieces: Sequence[Piece]) -> list[bytes]:
