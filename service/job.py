@@ -42,8 +42,8 @@ from service import owners
 from service.processing import STATS_FIELDS, TaskConfig, TaskOutput, TaskRunner, TaskState, process_task_batch
 from service.spool import spool_id
 
-__all__ = ["OUTPUT_SCHEMA", "WindowTaskProcessor", "task_config", "build_spark", "source_frame", "windowed_frame",
-           "sink_frame", "start_query", "observed_columns"]
+__all__ = ["OUTPUT_SCHEMA", "WindowTaskProcessor", "task_config", "build_spark", "checkpoint_file_conf",
+           "source_frame", "windowed_frame", "sink_frame", "start_query", "observed_columns"]
 
 logger = logging.getLogger(__name__)
 
@@ -255,6 +255,7 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None):  # -> 
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.metricsEnabled": "true",
         "spark.python.worker.reuse": "true",
+        **checkpoint_file_conf(settings.checkpoint_dir),
     }
     conf.update(dict(settings.spark_conf))
     conf.update(extra_conf or {})
@@ -264,6 +265,25 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None):  # -> 
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+#: the checkpoint file manager for a checkpoint on the local file system. Spark's default goes through Hadoop's
+#: FileContext, whose rename asks the local file system for the link status of both paths, and without Hadoop's
+#: native library that forks a ``readlink`` process each: ~13 processes per micro-batch (the offsets and commits
+#: logs, every state store's changelog, and their .crc files). This one renames with ``java.io.File.renameTo``
+#: (atomic on a local file system) after checking that the target does not exist. Measured (bench/RESULTS.md): a
+#: micro-batch of ~140 records 0.41 -> 0.29 s, and the built-in query's (same session) 0.26 -> 0.15 s.
+LOCAL_CHECKPOINT_FILE_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
+
+
+def checkpoint_file_conf(checkpoint_dir: str) -> dict[str, str]:
+    """Spark settings for where the checkpoint lives: :data:`LOCAL_CHECKPOINT_FILE_MANAGER` for a local path
+    (no scheme, or ``file:``); nothing for a remote file system (``hdfs://``, ``s3a://``, ...), which keeps
+    Spark's choice. ``spark_conf`` overrides it."""
+    if "://" in checkpoint_dir and not checkpoint_dir.startswith("file:"):
+        return {}
+    return {"spark.sql.streaming.checkpointFileManagerClass": LOCAL_CHECKPOINT_FILE_MANAGER}
 
 
 def _quiet_spark_logging() -> None:

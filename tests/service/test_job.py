@@ -26,3 +26,11 @@ def test_task_slot_is_the_first_slot_that_lands_on_the_target(spark):
                         F.expr(target).alias("target")).collect()
         assert [r.slot for r in got] == [r.reference for r in got]
         assert all(r.slot >= 0 and r.lands == r.target for r in got)
+
+
+def test_the_local_checkpoint_file_manager_is_a_class_of_this_spark(spark):
+    """build_spark names it by its class name; Spark 3.5 had it in another package, so an upgrade can break it."""
+    from service.job import LOCAL_CHECKPOINT_FILE_MANAGER
+
+    cls = spark.sparkContext._jvm.java.lang.Class.forName(LOCAL_CHECKPOINT_FILE_MANAGER)
+    assert cls.getName() == LOCAL_CHECKPOINT_FILE_MANAGER
