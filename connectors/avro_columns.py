@@ -21,6 +21,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .rows import RowBlock
+
 __all__ = ["Piece", "constant", "longs", "doubles", "strings", "encode_rows", "zigzag_varint"]
 
 _U8 = np.uint8
@@ -111,20 +113,20 @@ def strings(values: Sequence[str], row_ids: np.ndarray | None = None) -> Piece:
     return Piece(table[row_ids], None if lengths is None else lengths[row_ids])
 
 
-def encode_rows(n: int, pieces: Sequence[Piece]) -> list[bytes]:
+def encode_rows(n: int, pieces: Sequence[Piece]) -> RowBlock:
     """``n`` rows, each the concatenation of its bytes of every piece, in order.
 
     ::
 
         padded:  row i | piece 0 (row i) ..pad.. | piece 1 (row i) | piece 2 (row i) ..pad.. | ...
                         <------- w0 ----------->  <----- w1 ----->  <------- w2 ----------->
-        used bytes, row by row:  | row 0 | row 1 | ... | row n-1 |   one buffer, cut at the row ends
+        used bytes, row by row:  | row 0 | row 1 | ... | row n-1 |   one buffer: the RowBlock's data
 
     Only pieces whose rows differ in length (``lengths`` set) need a mask; when there are none every row is
     ``w0 + w1 + ...`` bytes and the padded matrix already is the buffer.
     """
     if n == 0:
-        return []
+        return RowBlock(b"", np.empty(0, _I64))
     width = sum(p.data.shape[1] for p in pieces)
     padded = np.empty((n, width), _U8)
     varying = []
@@ -136,14 +138,11 @@ def encode_rows(n: int, pieces: Sequence[Piece]) -> list[bytes]:
             varying.append((at, w, p.lengths))
         at += w
     if not varying:
-        data = padded.tobytes()
-        return [data[a:a + width] for a in range(0, n * width, width)]
+        return RowBlock.uniform(padded.tobytes(), width)
     used = np.ones((n, width), bool)
     lengths = np.full(n, width, _I64)
     for at, w, piece_lengths in varying:
         used[:, at:at + w] = np.arange(w) < piece_lengths[:, None]
         lengths -= w - piece_lengths
     # the used bytes in row-major order are the rows back to back
-    data = padded[used].tobytes()
-    ends = np.cumsum(lengths).tolist()
-    return [data[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+    return RowBlock(padded[used].tobytes(), np.cumsum(lengths))

@@ -39,6 +39,7 @@ from fastavro import parse_schema, schemaless_writer
 
 from . import avro_columns
 from .avro import frame
+from .rows import RowBlock
 
 __all__ = [
     "KEY_FORMATS",
@@ -197,7 +198,7 @@ class ChangelogEncoder:
         schemaless_writer(buf, self._value_schema, _avro_safe(record))
         return buf.getvalue()
 
-    def encode(self, updates: Sequence[Any], emit_time: int) -> tuple[list[bytes], list[bytes]]:
+    def encode(self, updates: Sequence[Any], emit_time: int) -> tuple[Sequence[bytes], Sequence[bytes]]:
         """``(keys, values)`` for a list of ``WindowUpdate(key, start, end, value, ts, count)``."""
         if not updates:
             return [], []
@@ -216,8 +217,8 @@ class ChangelogEncoder:
         }
         return self.encode_columns(cols, emit_time)
 
-    def encode_columns(self, cols: dict[str, Any], emit_time: int) -> tuple[list[bytes], list[bytes]]:
-        """``(keys, values)`` for columns ``key`` (list), ``start``, ``end``, ``ts``, ``count`` (lists or int64
+    def encode_columns(self, cols: dict[str, Any], emit_time: int) -> tuple[Sequence[bytes], Sequence[bytes]]:
+        """``(keys, values)`` (each a :class:`~connectors.rows.RowBlock` or a list) for columns ``key`` (list), ``start``, ``end``, ``ts``, ``count`` (lists or int64
         arrays) and ``values`` {aggregation output name: list or array} (see ``flush_columns``)."""
         keys = cols["key"]
         if not len(keys):
@@ -297,7 +298,7 @@ class ChangelogEncoder:
             return None
 
     def _avro_values(self, cols: dict[str, Any], window: list[avro_columns.Piece],
-                     emit_time: int) -> list[bytes] | None:
+                     emit_time: int) -> RowBlock | None:
         """Avro values of all rows at once (:mod:`connectors.avro_columns`) after the ``window`` pieces (key,
         start, end): integer columns as longs, float columns as doubles, each aggregate in the union branch
         fastavro would pick for it. ``None`` when a column does not fit (the caller then encodes row by row

@@ -12,6 +12,9 @@ producer. :class:`OutputProducer` instead produces the rows where they are made,
 * **the same settings**: bootstrap servers and ``kafka_options`` (which already serve confluent-kafka's admin
   client, so they are librdkafka names) plus :data:`PRODUCER_DEFAULTS`, which the Spark sink gets as well.
 
+Rows for one topic without headers (the changelog, most of the output) go through :meth:`OutputProducer.send_rows`:
+a block at a time into librdkafka (:mod:`connectors.rdkafka_batch`), no Python call per row.
+
 One producer per worker process and configuration is kept (:func:`producer_for`): creating one costs a broker
 connection, and Python workers are reused across micro-batches; :func:`close_producers` closes them (a process
 that outlives its broker, e.g. a test session, calls it before the broker stops).
@@ -72,20 +75,56 @@ def check_producer_config(config: Mapping[str, str]) -> None:
 
 
 class OutputProducer:
-    """A confluent-kafka producer that writes a micro-batch's output rows and waits for every acknowledgement."""
+    """A confluent-kafka producer that writes a micro-batch's output rows and waits for every acknowledgement.
 
-    def __init__(self, config: Mapping[str, str]) -> None:
-        from confluent_kafka import Producer
+    Rows for one topic without headers (the changelog) can go through :meth:`send_rows`, which hands them to
+    librdkafka a block at a time (:class:`connectors.rdkafka_batch.BatchProducer`, a second librdkafka producer
+    with the same settings) unless ``batches`` is off or the library cannot be loaded; both producers are
+    created on first use, and :meth:`wait` waits for both."""
 
+    def __init__(self, config: Mapping[str, Any], batches: bool = True) -> None:
+        self._config = dict(config)
         self._failed = 0  # delivery failures so far (a batch looks at those since its first send)
         self._last_error = ""
         self._mine = threading.local()  # per thread: [rows handed to send() since its last wait(), errors then]
-        self._producer = Producer({**config, "on_delivery": self._on_delivery, "error_cb": self._on_error})
+        self._lock = threading.Lock()
+        self._producer: Any = None  # confluent_kafka.Producer, made by _single()
+        self._batches: Any = None  # connectors.rdkafka_batch.BatchProducer, made by _batcher()
+        self._use_batches = batches
+
+    def _single(self) -> Any:
+        """The confluent-kafka producer (one ``produce()`` call per row)."""
+        if self._producer is None:
+            from confluent_kafka import Producer
+
+            with self._lock:
+                if self._producer is None:
+                    self._producer = Producer({**self._config, "on_delivery": self._on_delivery,
+                                               "error_cb": self._on_error})
+        return self._producer
+
+    def _batcher(self) -> Any:
+        """The block producer, or ``None`` (off, or librdkafka cannot be loaded: logged once)."""
+        if self._batches is None and self._use_batches:
+            from connectors.rdkafka_batch import BatchProducer, load
+
+            with self._lock:
+                if self._batches is None and self._use_batches:
+                    lib, why = load()
+                    if lib is None:
+                        logger.warning("changelog rows go one produce() call at a time: %s", why)
+                        self._use_batches = False
+                    else:
+                        self._batches = BatchProducer(self._config, self._on_failures)
+        return self._batches
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None:  # only failures are reported (delivery.report.only.error)
-            self._failed += 1
-            self._last_error = f"{msg.topic()}: {err}"
+            self._on_failures(1, f"{msg.topic()}: {err}")
+
+    def _on_failures(self, count: int, text: str) -> None:
+        self._failed += count
+        self._last_error = text
 
     def _on_error(self, err: Any) -> None:
         logger.warning("Kafka producer: %s", err)
@@ -102,10 +141,12 @@ class OutputProducer:
              headers: Sequence[Sequence[tuple[str, bytes]] | None]) -> None:
         """Hand the rows (in order) to the producer without waiting for acknowledgements (see :meth:`wait`):
         librdkafka's threads send them while the caller goes on (e.g. writes its state)."""
-        p = self._producer
-        produce = p.produce
         mine = self._batch()
         mine[0] += len(topics)
+        if not len(topics):
+            return
+        p = self._single()
+        produce = p.produce
         for topic, key, value, hdrs in zip(topics, keys, values, headers):
             while True:
                 try:
@@ -116,6 +157,25 @@ class OutputProducer:
                     break
                 except BufferError:  # the local queue is full: let librdkafka send some first
                     p.poll(0.05)
+
+    def send_rows(self, topic: str, keys: Sequence[bytes | None], values: Sequence[bytes | None]) -> None:
+        """Like :meth:`send` for rows that all go to ``topic`` without headers: a block at a time through
+        librdkafka's batch call (``keys``/``values`` ideally :class:`~connectors.rows.RowBlock` s, else they are
+        joined into one), or one ``produce()`` per row when that is off or a key is null."""
+        n = len(values)
+        if n == 0:
+            return
+        batcher = self._batcher()
+        kblock = vblock = None
+        if batcher is not None:
+            from connectors.rows import RowBlock
+
+            kblock, vblock = RowBlock.of(keys), RowBlock.of(values)
+        if kblock is None or vblock is None:
+            self.send([topic] * n, keys, values, [None] * n)
+            return
+        self._batch()[0] += n
+        batcher.send(topic, kblock, vblock)
 
     def _batch(self) -> list[int]:
         mine = getattr(self._mine, "batch", None)
@@ -132,9 +192,12 @@ class OutputProducer:
         wait returns only when the producer's whole queue is delivered, so every failure of this thread's
         records is known by then, and any failure reported since its first send fails it (a batch may fail
         for another one's record and be retried; none succeeds with a record missing)."""
-        p = self._producer
         mine = self._batch()
-        while len(p):  # bounded: every record is delivered or fails within message.timeout.ms
+        # bounded: every record is delivered or fails within message.timeout.ms
+        if self._batches is not None:
+            self._batches.wait()
+        p = self._producer
+        while p is not None and len(p):
             p.flush(1.0)
         self._mine.batch = None
         sent, first_error = mine
@@ -148,18 +211,23 @@ class OutputProducer:
         """Deliver whatever is still queued (librdkafka's close flushes, up to ``message.timeout.ms``), then stop
         the producer's threads and connections. The producer refers to this object through its callbacks, so
         without a close it lives until the garbage collector breaks that cycle."""
-        self._producer.close()
+        if self._batches is not None:
+            self._batches.close()
+            self._batches = None
+        if self._producer is not None:
+            self._producer.close()
+            self._producer = None
 
 
-_PRODUCERS: dict[tuple[int, tuple[tuple[str, str], ...]], OutputProducer] = {}
+_PRODUCERS: dict[tuple[int, tuple[tuple[str, str], ...], bool], OutputProducer] = {}
 
 
-def producer_for(config: Mapping[str, str]) -> OutputProducer:
+def producer_for(config: Mapping[str, str], batches: bool = True) -> OutputProducer:
     """This worker process's producer for ``config`` (created on first use; never shared across a fork)."""
-    key = (os.getpid(), tuple(sorted(config.items())))
+    key = (os.getpid(), tuple(sorted(config.items())), batches)
     p = _PRODUCERS.get(key)
     if p is None:
-        p = _PRODUCERS[key] = OutputProducer(config)
+        p = _PRODUCERS[key] = OutputProducer(config, batches)
     return p
 
 

@@ -93,6 +93,7 @@ def task_config(settings: Any, key_schema_id: int | None = None, value_schema_id
         log_spool=spool_id(settings.checkpoint_dir) if settings.state_log_share and settings.state_cache else "",
         owners=secrets.token_hex(16) if settings.task_owners and settings.state_cache else "",
         sink=settings.sink,
+        batch_produce=settings.batch_produce,
         producer=tuple(sorted(producer_config(settings.bootstrap_servers, settings.kafka_options).items()))
         if settings.sink == "direct" else (),
     )
@@ -197,11 +198,16 @@ def run_batch(config: TaskConfig, state: TaskState, topic: str, partition: int, 
               keys: list[Any], values: list[Any], timestamps: list[Any]) -> TaskOutput:
     """One task batch in this Python worker (:func:`service.processing.process_task_batch`); with the direct
     sink its rows are produced here and acknowledged before it returns (a failure fails the batch)."""
-    producer = producer_for(dict(config.producer)) if config.sink == "direct" else None
+    producer = producer_for(dict(config.producer), config.batch_produce) if config.sink == "direct" else None
+
+    def send(o: TaskOutput) -> None:
+        producer.send(o.topic, o.key, o.value, o.headers)  # type: ignore[union-attr]
+        producer.send_rows(o.changelog_topic, o.changelog_keys, o.changelog_values)  # type: ignore[union-attr]
+
     out = process_task_batch(
         _runner(config), state, topic, partition, offsets, keys, values, timestamps,
         # direct sink: the rows are handed to the producer before the state is written ...
-        on_output=None if producer is None else lambda o: producer.send(o.topic, o.key, o.value, o.headers),
+        on_output=None if producer is None else send,
     )
     if producer is not None:
         # ... and acknowledged before this task's micro-batch can complete
@@ -217,13 +223,14 @@ def _rows_frame(out: TaskOutput):  # -> pandas.DataFrame
     import pandas as pd
 
     n = len(out)
-    headers = [None if h is None else [{"key": hk, "value": hv} for hk, hv in h] for h in out.headers]
+    kind, topic, key, value, hdrs = (list(c) for c in zip(*out.rows())) if n else ([], [], [], [], [])
+    headers = [None if h is None else [{"key": hk, "value": hv} for hk, hv in h] for h in hdrs]
     nulls = pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
     rows: dict[str, Any] = {
-        "kind": out.kind,
-        "topic": out.topic,
-        "key": out.key,
-        "value": out.value,
+        "kind": kind,
+        "topic": topic,
+        "key": key,
+        "value": value,
         "headers": headers,
         "task_topic": pd.Series([None] * n, dtype=object),
         "task_partition": nulls,

@@ -47,6 +47,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
@@ -237,7 +238,7 @@ def _portable(out: TaskOutput, config: TaskConfig) -> TaskOutput:
     """What travels back: the stats, and the rows unless this worker produced them (sink=direct)."""
     if config.sink == "direct":
         return TaskOutput(stats=out.stats)
-    return TaskOutput(out.kind, out.topic, out.key, out.value, out.headers, out.stats)
+    return replace(out, decoded=[])
 
 
 def _close(listener: Listener) -> None:

@@ -110,6 +110,7 @@ class TaskConfig:
     owners: str = ""  # run a task's batches in the worker that owns it, with this query key (service.owners); "": off
     sink: str = "spark"  # "direct": the worker produces the output rows itself (connectors.producer)
     producer: tuple[tuple[str, Any], ...] = ()  # the direct producer's librdkafka settings
+    batch_produce: bool = True  # direct sink: changelog rows to librdkafka a block at a time (connectors.rdkafka_batch)
 
     @property
     def windows(self) -> SlidingWindows:
@@ -136,7 +137,11 @@ class TaskStats:
 
 @dataclass
 class TaskOutput:
-    """Output rows of one task batch as parallel columns (``headers`` is a list of (name, bytes) per row)."""
+    """Output rows of one task batch: first the rows with headers (dead letters, late records) as parallel
+    lists (``headers``: (name, bytes) pairs per row), then the changelog rows as two encoded columns for
+    ``changelog_topic`` without headers (``changelog_keys``/``changelog_values``: a
+    :class:`~connectors.rows.RowBlock` each, or lists), which the direct sink hands to its producer whole.
+    :meth:`rows` gives all of them in that order."""
 
     kind: list[str] = field(default_factory=list)
     topic: list[str] = field(default_factory=list)
@@ -146,9 +151,12 @@ class TaskOutput:
     stats: TaskStats = field(default_factory=TaskStats)
     #: the valid records the processor was given, ``(index, key, value, ts)`` in order (the task's log entry)
     decoded: list[tuple[int, Any, Any, int]] = field(default_factory=list)
+    changelog_topic: str = ""
+    changelog_keys: Sequence[bytes] = ()
+    changelog_values: Sequence[bytes] = ()
 
     def __len__(self) -> int:
-        return len(self.kind)
+        return len(self.kind) + len(self.changelog_keys)
 
     def add(self, kind: str, topic: str, key: bytes | None, value: bytes | None,
             headers: list[tuple[str, bytes]] | None) -> None:
@@ -157,6 +165,13 @@ class TaskOutput:
         self.key.append(key)
         self.value.append(value)
         self.headers.append(headers)
+
+    def rows(self) -> list[tuple[str, str, bytes | None, bytes | None, list[tuple[str, bytes]] | None]]:
+        """Every row as ``(kind, topic, key, value, headers)``, the changelog last."""
+        n = len(self.changelog_keys)
+        return [*zip(self.kind, self.topic, self.key, self.value, self.headers),
+                *zip(["changelog"] * n, [self.changelog_topic] * n, list(self.changelog_keys),
+                     list(self.changelog_values), [None] * n)]
 
 
 def _b(v: Any) -> bytes:
@@ -242,12 +257,7 @@ class TaskRunner:
             ckeys, cvalues = self.encoder.encode_columns(columns, emit_time)
         else:
             ckeys, cvalues = self.encoder.encode(updates, emit_time)
-        n_out = len(ckeys)
-        out.kind.extend(["changelog"] * n_out)
-        out.topic.extend([cfg.changelog_topic] * n_out)
-        out.key.extend(ckeys)
-        out.value.extend(cvalues)
-        out.headers.extend([None] * n_out)
+        out.changelog_topic, out.changelog_keys, out.changelog_values = cfg.changelog_topic, ckeys, cvalues
 
         stats["aggregated"] = len(good) - len(late_rows)
         if good:

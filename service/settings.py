@@ -210,6 +210,9 @@ class Settings:
                    "how output records reach Kafka: spark = Spark's Kafka sink (rows go through the JVM); direct = "
                    "each Python worker produces them with confluent-kafka and waits for every acknowledgement "
                    "before its micro-batch completes (at-least-once like the sink; kafka_options apply)")
+    batch_produce: bool = _s(True, _bool, "sink=direct: hand the changelog rows to librdkafka a block at a time "
+                             "(rd_kafka_produce_batch; falls back to one produce() call per row when the library "
+                             "cannot be loaded); false: one produce() call per row")
     create_topics: bool = _s(True, _bool, "create missing output topics at start (changelog compacted)")
     topic_partitions: int = _s(0, _int(0), "partitions of created output topics (0: as many as the input)", "N")
     replication_factor: int = _s(1, _int(1), "replication factor of created output topics", "N")

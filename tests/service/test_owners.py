@@ -52,7 +52,7 @@ def slices(n_batches: int = 6, per: int = 150):
 
 
 def rows(out):
-    return list(zip(out.kind, out.topic, out.key, out.value, [repr(h) for h in out.headers]))
+    return [(kind, topic, key, value, repr(h)) for kind, topic, key, value, h in out.rows()]
 
 
 def reference(batches):

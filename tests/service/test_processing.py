@@ -135,12 +135,12 @@ def _run_in_batches(cfg: TaskConfig, events, seed, fail_every, states, process):
                 first = batch(runner, state, *args, emit_time_ms=5, process=process)
                 state.task, state.buckets = saved  # the batch never committed
                 out = batch(runner, state, *args, emit_time_ms=5, process=process)
-                assert (out.key, out.value) == (first.key, first.value)
+                assert out.rows() == first.rows()
                 if process is process_task_batch:  # one worker: its entry was taken by the failed attempt
                     assert out.stats["state_cache_hit"] == 0  # the stale cache entry was not used
             else:
                 out = batch(runner, state, *args, emit_time_ms=5, process=process)
-            for kind, key, value, headers in zip(out.kind, out.key, out.value, out.headers):
+            for kind, _topic, key, value, headers in out.rows():
                 rows[kind].append((p, key, value, dict(headers or [])))
             totals["batches"] += 1
             for name, v in out.stats.values.items():
@@ -315,7 +315,7 @@ def test_a_task_written_uncompressed_goes_on_with_compressed_buckets():
     third = len(events) // 3
     for lo, hi in ((0, third), (third, 2 * third), (2 * third, len(events))):
         out = run_slice(runner, state, 0, events, lo, hi, process=process_task_batch)
-        rows += [(k, v) for kind, k, v in zip(out.kind, out.key, out.value) if kind == "changelog"]
+        rows += [(k, v) for kind, _t, k, v, _h in out.rows() if kind == "changelog"]
         if lo == 0:  # as an older version would have left it
             state.buckets = {b: pickle.dumps(decode_bucket(d), protocol=5) for b, d in state.buckets.items()}
             state.task = (state.task[0], "0123456789abcdef0123456789abcdef", state.task[2])
@@ -344,7 +344,7 @@ def test_batches_between_snapshots_write_one_log_entry_and_stale_workers_replay_
     for n, lo in enumerate(range(0, len(events), 100)):
         buckets_before = {b: d for b, d in state.buckets.items() if b >= 0}
         out = run_slice(runner, state, 0, events, lo, lo + 100, cache=caches[turns[n]])
-        rows += [(k, v) for kind, k, v in zip(out.kind, out.key, out.value) if kind == "changelog"]
+        rows += [(k, v) for kind, _t, k, v, _h in out.rows() if kind == "changelog"]
         stats.append(out.stats)
         log = {b for b in state.buckets if b < 0}
         if n % 4 == 0:  # a snapshot (the task's first batch is one): buckets written
@@ -446,7 +446,7 @@ def test_an_idle_worker_builds_a_task_it_never_ran_from_its_first_entry(spool_he
     one, worker = DictTaskState(), {}  # partition 1 on one worker from the start
     alone = [run_slice(runner, one, 1, parts[1], lo, hi, cache=worker)
              for lo, hi in [(0, 100), (100, 200), (200, 300), (300, 400), (400, len(parts[1]))]]
-    assert [(o.kind, o.key, o.value) for o in outs] == [(o.kind, o.key, o.value) for o in alone]
+    assert [o.rows() for o in outs] == [o.rows() for o in alone]
 
 
 def test_a_first_entry_that_cannot_be_replayed_is_one_warning(spool_here, caplog, monkeypatch):
