@@ -11,10 +11,11 @@ float64). Prints microseconds of CPU per row (key + value; best of ``--repeat``)
 each line's cost relative to JSON. Every line checks its bytes against the per-record encoders first.
 
 With ``--produce`` it also starts a local broker (``connectors.local_broker``) and writes each format's rows
-with the service's direct producer (``connectors.producer``, its default settings), waiting for every
-acknowledgement, ``--repeat`` + 1 times (the best is shown): CPU per row of this process while producing
-(the Python calls and librdkafka's threads) and of the broker's JVM (from ``/proc``), the costs that follow a
-row after it is encoded.
+with the service's direct producer (``connectors.producer``, its default settings) both ways the service can:
+one ``produce()`` call per row (``batch_produce=false``) and a block at a time through librdkafka's batch call
+(``connectors.rdkafka_batch``, the default), waiting for every acknowledgement, ``--repeat`` + 1 times each,
+alternating (the best is shown): CPU per row of this process while producing (the Python calls and
+librdkafka's threads) and of the broker's JVM (from ``/proc``), the costs that follow a row after it is encoded.
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ def cpu_seconds(pid: int) -> float:
 
 
 class Sink:
-    """A local broker, one topic and the service's direct producer (``--produce``)."""
+    """A local broker, one topic and the service's direct producer both ways (``--produce``)."""
+
+    WAYS = ("produce()", "batch")
 
     def __init__(self) -> None:
         import tempfile
@@ -88,20 +91,34 @@ class Sink:
         self._dir = tempfile.TemporaryDirectory(prefix="encoding-bench-")
         self.broker = LocalKafkaBroker(0, data_dir=Path(self._dir.name) / "kafka").start()
         ensure_topics({"bootstrap.servers": self.broker.bootstrap_servers}, [TopicSpec("changelog", 4)])
-        self.producer = OutputProducer(producer_config(self.broker.bootstrap_servers))
-        self.producer.write(["changelog"], [b"warm-up"], [b"warm-up"], [None])
+        config = producer_config(self.broker.bootstrap_servers)
+        self.producers = {"produce()": OutputProducer(config, batches=False), "batch": OutputProducer(config)}
+        for p in self.producers.values():
+            p.send_rows("changelog", [b"warm-up"], [b"warm-up"])
+            p.wait()
 
-    def costs(self, keys: list[bytes], values: list[bytes]) -> tuple[float, float]:
+    def costs(self, way: str, keys: list[bytes], values: list[bytes]) -> tuple[float, float]:
         """CPU seconds of this process and of the broker to produce the rows and have them acknowledged."""
+        p = self.producers[way]
         broker_pid = self.broker.pid
         b0, c0 = cpu_seconds(broker_pid), time.process_time()
-        self.producer.write(["changelog"] * len(keys), keys, values, [None] * len(keys))
+        p.send_rows("changelog", keys, values)
+        p.wait()
         c1 = time.process_time()
         time.sleep(1.0)  # the broker's request threads finish after the last acknowledgement
         return c1 - c0, cpu_seconds(broker_pid) - b0
 
+    def best(self, keys: list[bytes], values: list[bytes], repeat: int) -> dict[str, tuple[float, float]]:
+        """Per way, the least (process, broker) CPU seconds of ``repeat`` runs, the ways alternating."""
+        runs: dict[str, list[tuple[float, float]]] = {w: [] for w in self.WAYS}
+        for _ in range(repeat):
+            for w in self.WAYS:
+                runs[w].append(self.costs(w, keys, values))
+        return {w: (min(c for c, _b in r), min(b for _c, b in r)) for w, r in runs.items()}
+
     def close(self) -> None:
-        self.producer.close()
+        for p in self.producers.values():
+            p.close()
         self.broker.stop()
         self._dir.cleanup()
 
@@ -125,7 +142,7 @@ def main() -> None:
           f"{args.repeat}\n")
     header = f"{'key / value format':<38} {'us/row':>7} {'vs json':>8} {'key B':>6} {'value B':>8}"
     if sink:
-        header += f" {'produce us/row':>14} {'broker us/row':>13}"
+        header += "".join(f" {w + ' us/row':>16} {'broker us/row':>13}" for w in sink.WAYS)
     print(header)
     print("-" * len(header))
     json_cost = None
@@ -143,8 +160,8 @@ def main() -> None:
                 f"{sum(map(len, values)) / args.rows:>8.1f}")
         if sink and not row_by_row:  # the per-record lines write the same bytes as the line above them
             # best of --repeat + 1: the first writes also pay the broker's warm-up (JIT, new log segments)
-            produce, broker = (min(c) for c in zip(*(sink.costs(keys, values) for _ in range(args.repeat + 1))))
-            line += f" {produce / args.rows * 1e6:>14.2f} {broker / args.rows * 1e6:>13.2f}"
+            for produce, broker in sink.best(keys, values, args.repeat + 1).values():
+                line += f" {produce / args.rows * 1e6:>16.2f} {broker / args.rows * 1e6:>13.2f}"
         print(line, flush=True)
     if sink:
         sink.close()

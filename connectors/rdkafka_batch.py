@@ -5,7 +5,8 @@ confluent-kafka's ``Producer.produce`` is one Python call per record, and the ro
 that per-row Python is a large part of the service's CPU. :class:`BatchProducer` instead builds an array of
 librdkafka's ``rd_kafka_message_t`` with numpy, pointing into a :class:`~connectors.rows.RowBlock`'s buffer, and
 hands up to :data:`CHUNK` rows to librdkafka in one C call (which copies them: ``RD_KAFKA_MSG_F_COPY``). The
-partitioner runs in C per row, as for ``produce()``. Measured (bench/RESULTS.md): ~0.45 us less CPU per row.
+partitioner runs in C per row, as for ``produce()``. Measured (``bench/changelog_encoding_bench.py --produce``,
+bench/RESULTS.md): 0.72 us of CPU per Avro row (the Python call and librdkafka's threads) against 1.29.
 
 It is the librdkafka that confluent-kafka ships (the same file, so the same version, see :func:`library_path`),
 in a producer instance of its own with the direct sink's settings. Delivery reports come through librdkafka's
