@@ -218,8 +218,9 @@ class ChangelogEncoder:
         return self.encode_columns(cols, emit_time)
 
     def encode_columns(self, cols: dict[str, Any], emit_time: int) -> tuple[Sequence[bytes], Sequence[bytes]]:
-        """``(keys, values)`` (each a :class:`~connectors.rows.RowBlock` or a list) for columns ``key`` (list), ``start``, ``end``, ``ts``, ``count`` (lists or int64
-        arrays) and ``values`` {aggregation output name: list or array} (see ``flush_columns``)."""
+        """``(keys, values)``, each a :class:`~connectors.rows.RowBlock` or a list, for columns ``key`` (list),
+        ``start``, ``end``, ``ts``, ``count`` (lists or int64 arrays) and ``values`` {aggregation output name: list
+        or array} (see ``flush_columns``)."""
         keys = cols["key"]
         if not len(keys):
             return [], []

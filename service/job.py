@@ -223,7 +223,7 @@ def _rows_frame(out: TaskOutput):  # -> pandas.DataFrame
     import pandas as pd
 
     n = len(out)
-    kind, topic, key, value, hdrs = (list(c) for c in zip(*out.rows())) if n else ([], [], [], [], [])
+    kind, topic, key, value, hdrs = out.columns()
     headers = [None if h is None else [{"key": hk, "value": hv} for hk, hv in h] for h in hdrs]
     nulls = pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
     rows: dict[str, Any] = {

@@ -110,7 +110,7 @@ class TaskConfig:
     owners: str = ""  # run a task's batches in the worker that owns it, with this query key (service.owners); "": off
     sink: str = "spark"  # "direct": the worker produces the output rows itself (connectors.producer)
     producer: tuple[tuple[str, Any], ...] = ()  # the direct producer's librdkafka settings
-    batch_produce: bool = True  # direct sink: changelog rows to librdkafka a block at a time (connectors.rdkafka_batch)
+    batch_produce: bool = True  # direct sink: changelog rows to librdkafka in blocks (connectors.rdkafka_batch)
 
     @property
     def windows(self) -> SlidingWindows:
@@ -166,12 +166,17 @@ class TaskOutput:
         self.value.append(value)
         self.headers.append(headers)
 
+    def columns(self) -> tuple[list[str], list[str], list[bytes | None], list[bytes | None],
+                               list[list[tuple[str, bytes]] | None]]:
+        """All rows as the lists ``(kind, topic, key, value, headers)``, the changelog last."""
+        n = len(self.changelog_keys)
+        return (self.kind + ["changelog"] * n, self.topic + [self.changelog_topic] * n,
+                self.key + list(self.changelog_keys), self.value + list(self.changelog_values),
+                self.headers + [None] * n)
+
     def rows(self) -> list[tuple[str, str, bytes | None, bytes | None, list[tuple[str, bytes]] | None]]:
         """Every row as ``(kind, topic, key, value, headers)``, the changelog last."""
-        n = len(self.changelog_keys)
-        return [*zip(self.kind, self.topic, self.key, self.value, self.headers),
-                *zip(["changelog"] * n, [self.changelog_topic] * n, list(self.changelog_keys),
-                     list(self.changelog_values), [None] * n)]
+        return list(zip(*self.columns()))
 
 
 def _b(v: Any) -> bytes:
