@@ -97,7 +97,6 @@ class _Lib:
             f.restype, f.argtypes = res, list(args)
             return f
 
-        self.path = path
         self.version_str = fn("rd_kafka_version_str", s)
         self.conf_new = fn("rd_kafka_conf_new", vp)
         self.conf_set = fn("rd_kafka_conf_set", i, vp, s, s, s, sz)
