@@ -43,7 +43,7 @@ from service.processing import STATS_FIELDS, TaskConfig, TaskOutput, TaskRunner,
 from service.spool import spool_id
 
 __all__ = ["OUTPUT_SCHEMA", "WindowTaskProcessor", "task_config", "build_spark", "checkpoint_file_conf",
-           "source_frame", "windowed_frame", "sink_frame", "start_query", "observed_columns"]
+           "python_worker_conf", "source_frame", "windowed_frame", "sink_frame", "start_query", "observed_columns"]
 
 logger = logging.getLogger(__name__)
 
@@ -263,6 +263,7 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None):  # -> 
         "spark.sql.streaming.metricsEnabled": "true",
         "spark.python.worker.reuse": "true",
         **checkpoint_file_conf(settings.checkpoint_dir),
+        **python_worker_conf(settings.fast_input),
     }
     conf.update(dict(settings.spark_conf))
     conf.update(extra_conf or {})
@@ -291,6 +292,19 @@ def checkpoint_file_conf(checkpoint_dir: str) -> dict[str, str]:
     if "://" in checkpoint_dir and not checkpoint_dir.startswith("file:"):
         return {}
     return {"spark.sql.streaming.checkpointFileManagerClass": LOCAL_CHECKPOINT_FILE_MANAGER}
+
+
+#: the Python daemon and worker modules of ``fast_input`` (pyspark's daemon imports a worker module of its own
+#: only when the name starts with "pyspark", so the daemon is ours too)
+PYTHON_WORKER_MODULES = {"spark.python.daemon.module": "service.python_daemon",
+                         "spark.python.worker.module": "service.python_worker"}
+
+
+def python_worker_conf(fast_input: bool) -> dict[str, str]:
+    """The Python daemon and worker modules: :mod:`service.python_daemon` and :mod:`service.python_worker`
+    (pyspark's, with the processor's input regrouped a key run at a time) when ``fast_input`` is on, else
+    pyspark's own. ``spark_conf`` overrides them."""
+    return dict(PYTHON_WORKER_MODULES) if fast_input else {}
 
 
 def _quiet_spark_logging() -> None:
