@@ -37,6 +37,7 @@ __all__ = [
     "InputSpec",
     "InputDecoder",
     "REASONS",
+    "loads_json_objects",
     "NUMERIC_AGGREGATIONS",
     "aggregation_fields",
 ]
@@ -56,7 +57,10 @@ REASONS = (
 NUMERIC_AGGREGATIONS = frozenset({"sum", "min", "max", "mean", "variance", "stddev"})
 _NUMBER_TYPES = (int, float, decimal.Decimal)
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-_decode_json_text = json.JSONDecoder().decode  # what json.loads does with a str and no options
+_json_decoder = json.JSONDecoder()
+_decode_json_text = _json_decoder.decode  # what json.loads does with a str and no options
+_scan_json = _json_decoder.scan_once  # what that decode calls at the first non-whitespace character
+_json_whitespace = json.decoder.WHITESPACE.match
 
 
 def loads_json(data: bytes) -> Any:
@@ -66,6 +70,49 @@ def loads_json(data: bytes) -> Any:
     if type(data) is bytes and len(data) > 1 and data[0] == 0x7B and data[1]:
         return _decode_json_text(data.decode("utf-8", "surrogatepass"))
     return json.loads(data)
+
+
+def loads_json_objects(values: Sequence[Any]) -> list[Any]:
+    """:func:`loads_json` of every value that starts with ``{`` and a non-NUL byte, decoded as one text; ``None``
+    where a value is anything else or does not parse, for the caller to decode on its own (and get the error).
+
+    The values are joined with NUL bytes, decoded from UTF-8 once and split again: NUL cannot be part of a
+    valid JSON text (outside strings it is no token, inside one it is a control character), so when the split
+    gives one part per value, each part is exactly that value's text. Each part is then parsed as
+    ``JSONDecoder.decode`` does it: ``scan_once`` at index 0 (the ``{``), trailing whitespace, nothing after it.
+    Saves ``loads_json``'s three Python frames and its per-value UTF-8 decode (~0.9 us per value); a batch
+    with a value that is not UTF-8 or contains a NUL byte is parsed a value at a time::
+
+        values   b'{"a":1}'   b'[1]'   b'{"b":2}'   b'{"c":'
+        joined   {"a":1} NUL {"b":2} NUL {"c":          (only values starting with "{")
+        result   {'a': 1}     None     {'b': 2}     None
+    """
+    n = len(values)
+    out: list[Any] = [None] * n
+    idx = [i for i, v in enumerate(values) if type(v) is bytes and len(v) > 1 and v[0] == 0x7B and v[1]]
+    if not idx:
+        return out
+    try:
+        parts = b"\x00".join([values[i] for i in idx]).decode("utf-8", "surrogatepass").split("\x00")
+    except UnicodeDecodeError:
+        parts = []
+    if len(parts) != len(idx):
+        for i in idx:
+            try:
+                out[i] = loads_json(values[i])
+            except (ValueError, TypeError, RecursionError):
+                pass
+        return out
+    scan, ws = _scan_json, _json_whitespace
+    for i, text in zip(idx, parts):
+        try:
+            obj, end = scan(text, 0)
+        except (ValueError, StopIteration, RecursionError):
+            continue
+        if end != len(text) and ws(text, end).end() != len(text):
+            continue
+        out[i] = obj
+    return out
 
 
 class BadRecord(ValueError):
@@ -154,7 +201,10 @@ class InputDecoder:
         """``(key, value, event_time_ms)`` of one Kafka record; raises :class:`BadRecord`."""
         if value is None:
             raise BadRecord("null-value", "the record value is null")
-        obj = self._value(value)
+        return self._checked(key, self._value(value), timestamp_ms)
+
+    def _checked(self, key: bytes | None, obj: Any, timestamp_ms: int | None) -> tuple[str, Any, int]:
+        """:meth:`decode` of a record whose value decoded to ``obj``."""
         if not isinstance(obj, dict):
             raise BadRecord("schema-mismatch", f"expected an object/record value, got {type(obj).__name__}")
         spec = self.spec
@@ -219,10 +269,12 @@ class InputDecoder:
         ``bad = [(index, reason, message)]``."""
         good: list[tuple[int, str, Any, int]] = []
         bad: list[tuple[int, str, str]] = []
-        decode = self.decode
-        for i, (k, v, t) in enumerate(zip(keys, values, timestamps)):
+        decode, checked = self.decode, self._checked
+        # JSON values parsed together where they can be (the rest, and every error, take decode())
+        parsed = loads_json_objects(values) if self.spec.format == "json" else [None] * len(values)
+        for i, (k, v, t, obj) in enumerate(zip(keys, values, timestamps, parsed)):
             try:
-                kk, vv, tt = decode(k, v, t)
+                kk, vv, tt = decode(k, v, t) if obj is None else checked(k, obj, t)
             except BadRecord as e:
                 bad.append((i, e.reason, e.message))
             else:

@@ -3,7 +3,7 @@ a vectorized input path for ``transformWithStateInPandas``.
 
 pyspark (4.3) hands a stateful processor its input by converting each Arrow batch to pandas and then walking
 it row by row: ``itertuples()``, a key tuple per row, ``itertools.groupby`` over the rows, and
-``pd.DataFrame(list of namedtuples)`` per chunk. That costs 3-5 us per input row (``bench/regroup_bench.py``),
+``pd.DataFrame(list of namedtuples)`` per chunk. That costs 3-5 us per input row (``bench/python_worker_bench.py``),
 a tenth of a core at the service's rates. The rows of one grouping key arrive contiguous (Spark sorts them), so
 this worker finds the runs of equal keys with one Arrow comparison per key column and converts each run to
 pandas once (0.3 us per row). It gives the processor the same thing:

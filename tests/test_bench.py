@@ -6,9 +6,12 @@ window."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,3 +59,16 @@ def test_record_path_bench_prints_every_mode_and_emits_the_same_updates() -> Non
     assert len(rows) == 12 and {r[0] for r in rows} == {"close", "every", "update"}, run.stdout
     for r in rows:
         assert float(r[-4].replace(",", "")) > 0 and float(r[-3].replace(",", "")) > 0, r
+
+
+@pytest.mark.integration
+def test_python_worker_bench_runs_both_workers() -> None:
+    """Both workers in Spark over a small table; the bench itself asserts every row reached the processor."""
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "python_worker_bench.py"), "--rows", "3000", "--rounds", "1"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    runs = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert [r["worker"] for r in runs] == ["pyspark", "service.python_worker"]
+    assert "service.python_worker / pyspark throughput" in run.stdout

@@ -250,3 +250,64 @@ def test_loads_json_is_json_loads(data):
             return "error", type(e)
 
     assert outcome(loads_json) == outcome(json.loads)
+
+
+_JSON_VALUES = st.one_of(
+    st.binary(max_size=12),
+    st.builds(lambda tail: b"{" + tail, st.binary(max_size=12)),
+    st.builds(lambda o: json.dumps(o, ensure_ascii=False).encode("utf-8"),
+              st.dictionaries(st.text(max_size=4), st.one_of(st.integers(), st.floats(), st.text(max_size=4)),
+                              max_size=3)),
+    # fragments that only parse when joined with their neighbours (an array parse of the batch would accept them)
+    st.sampled_from([b'{"a": "}', b'{"}', b'{"c":1},{"d":2}', b'{"x": [1', b'2]}', b'{"a":1} ', b'{"a":1}\x00',
+                     b'{"a":1} x', b'{"a":"\xed\xa0\x80"}', b'{"a":"\xff"}', b'\xef\xbb\xbf{"a":1}']),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_JSON_VALUES, max_size=8))
+def test_loads_json_objects_parses_each_value_as_json_loads_or_leaves_it(values):
+    from connectors.serde import loads_json_objects
+
+    got = loads_json_objects(values)
+    assert len(got) == len(values)
+    for v, obj in zip(values, got):
+        try:
+            expected = json.loads(v)
+        except Exception:  # noqa: BLE001 - any failure: the batch parse must leave it to the per-record path
+            assert obj is None, v
+            continue
+        if obj is not None:
+            assert json.dumps(obj, sort_keys=True) == json.dumps(expected, sort_keys=True), v
+        elif v[:1] == b"{" and b"\x00" not in b"".join(values):
+            try:
+                b"".join(values).decode("utf-8", "surrogatepass")
+            except UnicodeDecodeError:
+                continue
+            raise AssertionError(f"{v!r} parses alone but was left to the per-record path")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=4), st.just(b"acct-1")),
+                          st.one_of(st.none(), _JSON_VALUES,
+                                    st.builds(lambda a, t: json.dumps({"amount": a, "t": t}).encode(),
+                                              st.one_of(st.integers(-5, 5), st.text(max_size=2), st.none()),
+                                              st.one_of(st.integers(-3, 10**13), st.none()))),
+                          st.one_of(st.none(), st.integers(-2, 10**13))), max_size=10),
+       st.sampled_from(["", "t"]))
+def test_decode_batch_is_decode_record_by_record(records, timestamp_field):
+    from connectors.serde import BadRecord, InputDecoder, InputSpec
+
+    dec = InputDecoder(InputSpec(format="json", timestamp_field=timestamp_field, fields=(("amount", True),)))
+    keys, values, timestamps = (list(c) for c in zip(*records)) if records else ([], [], [])
+    good, bad = dec.decode_batch(keys, values, timestamps)
+    expected_good, expected_bad = [], []
+    for i, (k, v, t) in enumerate(records):
+        try:
+            kk, vv, tt = dec.decode(k, v, t)
+        except BadRecord as e:
+            expected_bad.append((i, e.reason, e.message))
+        else:
+            expected_good.append((i, kk, json.dumps(vv, sort_keys=True), tt))
+    assert bad == expected_bad
+    assert [(i, k, json.dumps(v, sort_keys=True), t) for i, k, v, t in good] == expected_good
