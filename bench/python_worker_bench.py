@@ -54,7 +54,8 @@ def run(rows: int, fast: bool) -> float:
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     builder = (SparkSession.builder.master("local[2]").appName("python-worker-bench")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
                .config("spark.python.worker.reuse", "true").config("spark.sql.adaptive.enabled", "false"))
     for k, v in python_worker_conf(fast).items():
         builder = builder.config(k, v)

@@ -5,15 +5,15 @@ pyspark (4.3) hands a stateful processor its input by converting each Arrow batc
 it row by row: ``itertuples()``, a key tuple per row, ``itertools.groupby`` over the rows, and
 ``pd.DataFrame(list of namedtuples)`` per chunk. That costs 3-5 us per input row (``bench/python_worker_bench.py``),
 a tenth of a core at the service's rates. The rows of one grouping key arrive contiguous (Spark sorts them), so
-this worker finds the runs of equal keys with one Arrow comparison per key column and converts each run to
-pandas once (0.3 us per row). It gives the processor the same thing:
+this worker finds the runs of equal keys with one Arrow comparison per key column, converts each Arrow batch to
+pandas once (as pyspark does) and hands out row ranges of it (0.3 us per row). It gives the processor the same thing:
 
 * one call per grouping key, with the key as a tuple of Python values (the first row's ``as_py()``, as
   pyspark's ``tuple(row[o] ...)`` of the pandas row);
 * the value columns (``df.iloc[:, value_offsets]``) as pandas frames converted by pyspark's own
-  ``ArrowBatchTransformer.to_pandas``, column names as ``itertuples`` would make them, chunked at
-  ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows like pyspark's (a key spanning Arrow batches still
-  comes as one call with several frames);
+  ``ArrowBatchTransformer.to_pandas``, with the column names and dtypes of pyspark's frames, cut where
+  pyspark cuts them (every ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows of a key, or its byte limit,
+  across Arrow batches);
 * then the ``PROCESS_TIMER`` and ``COMPLETE`` calls, and the output converted by pyspark's own
   ``PandasToArrowConversion`` with the worker's settings.
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -77,21 +78,28 @@ def key_runs(batch: Any, key_offsets: list[int]) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-def _chunk_rows(batch: Any, max_records: int, max_bytes: int) -> int:
-    """Rows per frame: pyspark's ``maxRecordsPerBatch``, and its byte limit over the batch's mean row size."""
+def _rows_per_frame(max_records: int, max_bytes: int, mean_row_bytes: float) -> int:
+    """The row count at which pyspark cuts a key's frame: the first ``c`` with ``c >= max_records`` or
+    ``c * mean_row_bytes >= max_bytes`` (its check after each appended row, evaluated the same way)."""
     limit = max_records
-    if max_bytes != _UNLIMITED and batch.num_rows:
-        row_bytes = sum(buf.size for col in batch.columns for buf in col.buffers() if buf is not None)
-        row_bytes /= batch.num_rows
-        if row_bytes > 0:
-            limit = min(limit, max(1, int(max_bytes // row_bytes)))
+    if mean_row_bytes > 0:
+        c = max(1, math.ceil(max_bytes / mean_row_bytes))
+        while c > 1 and (c - 1) * mean_row_bytes >= max_bytes:
+            c -= 1
+        while c * mean_row_bytes < max_bytes:
+            c += 1
+        limit = min(limit, c)
     return max(1, limit)
 
 
 def _widened(frame: Any) -> Any:
     """Narrow numeric columns as pyspark's frames have them: built from Python scalars, pandas infers int64 for
     every integer column and float64 for every float column (int32 partition -> int64)."""
+    import numpy as np
+
     for name, dtype in frame.dtypes.items():
+        if not isinstance(dtype, np.dtype):  # pandas extension dtypes (prefer_int_ext_dtype) stay as they are
+            continue
         if dtype.kind in "iu" and dtype.itemsize < 8:
             frame[name] = frame[name].astype("int64")
         elif dtype.kind == "f" and dtype.itemsize < 8:
@@ -118,23 +126,46 @@ def fast_transform_with_state(closure: dict[str, Any]) -> Callable[[int, Iterato
     max_records = int(closure["arrow_max_records_per_batch"])
     max_bytes = int(closure["arrow_max_bytes_per_batch"])
 
+    def frame_of(pieces: list[Any]) -> Any:
+        frame = pieces[0] if len(pieces) == 1 else pd.concat(pieces)
+        return _widened(frame.reset_index(drop=True))
+
     def chunks(batches: Iterator[Any]) -> Iterator[tuple[tuple[Any, ...], Any]]:
+        """``(key, frame)`` with pyspark's frames: each Arrow batch converted to pandas whole (so a column's
+        dtype is the batch's), a key's consecutive rows across batches cut every :func:`_rows_per_frame` rows
+        (pyspark's mean row size is over every batch so far)."""
+        total_bytes = total_rows = 0
+        key: tuple[Any, ...] | None = None
+        pieces: list[Any] = []  # row ranges of converted batches that make the frame being filled
+        filled = 0
         for batch in batches:
+            if max_bytes != _UNLIMITED and batch.num_rows:
+                total_bytes += sum(buf.size for col in batch.columns for buf in col.buffers() if buf is not None)
+                total_rows += batch.num_rows
             if not batch.num_rows:
                 continue
-            step = _chunk_rows(batch, max_records, max_bytes)
-            names: list[str] | None = None
+            limit = _rows_per_frame(max_records, max_bytes, total_bytes / total_rows if total_rows else 0.0)
+            pdf = pd.concat(ArrowBatchTransformer.to_pandas(
+                batch, timezone=conf.timezone, prefer_int_ext_dtype=conf.prefer_int_ext_dtype), axis=1)
+            # the column names pyspark's frames get: itertuples' namedtuple fields
+            pdf.columns = list(collections.namedtuple("Pandas", list(pdf.columns), rename=True)._fields)
             for start, end in key_runs(batch, key_offsets):
-                key = tuple(batch.column(o)[start].as_py() for o in key_offsets)
-                for s in range(start, end, step):
-                    part = batch.slice(s, min(step, end - s))
-                    frame = pd.concat(ArrowBatchTransformer.to_pandas(
-                        part, timezone=conf.timezone, prefer_int_ext_dtype=conf.prefer_int_ext_dtype), axis=1)
-                    if names is None:
-                        # the column names pyspark's frames get: itertuples' namedtuple fields
-                        names = list(collections.namedtuple("Pandas", list(frame.columns), rename=True)._fields)
-                    frame.columns = names
-                    yield key, _widened(frame)
+                run_key = tuple(batch.column(o)[start].as_py() for o in key_offsets)
+                if pieces and run_key != key:
+                    yield key, frame_of(pieces)  # type: ignore[misc]
+                    pieces, filled = [], 0
+                key = run_key
+                s = start
+                while s < end:
+                    take = min(max(limit - filled, 1), end - s)
+                    pieces.append(pdf.iloc[s:s + take])
+                    filled += take
+                    s += take
+                    if filled >= limit:
+                        yield key, frame_of(pieces)
+                        pieces, filled = [], 0
+        if pieces:
+            yield key, frame_of(pieces)  # type: ignore[misc]
 
     def convert(results: Iterator[Any]) -> Iterator[Any]:
         for result in results:

@@ -269,8 +269,8 @@ class Settings:
                            "worker Spark hands another worker's task forwards the batch to it over a local socket "
                            "(Linux; needs state_cache; service.owners)")
     fast_input: bool = _s(True, _bool, "Python workers regroup the processor's input a key run at a time "
-                          "(spark.python.worker.module=service.python_worker; pyspark's own path walks it row by "
-                          "row); false: pyspark's worker unchanged")
+                          "(Spark starts them from service.python_daemon / service.python_worker; pyspark's own "
+                          "path walks the input row by row); false: pyspark's daemon and worker unchanged")
     app_name: str = _s("slidingwindow", _nonempty, "Spark application name", "NAME")
     spark_conf: tuple[tuple[str, str], ...] = _s((), _kafka_options, "extra Spark settings (k=v,k=v)", "K=V,...",
                                                  show=lambda v: ",".join(f"{k}={x}" for k, x in v))

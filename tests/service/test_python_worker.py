@@ -3,6 +3,8 @@ pyspark's own worker gives it (checked in Spark, with both workers), and the ser
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
 import os
 import sys
@@ -56,8 +58,8 @@ except ImportError:  # pragma: no cover
 
 
 class EchoProcessor(StatefulProcessor):  # type: ignore[misc,valid-type]
-    """Yields, per grouping key, what it was handed: the key, the frames' column names and dtypes, the rows
-    (frames concatenated, as the service's processor does), and whether this worker is service.python_worker."""
+    """Yields, per grouping key, what it was handed: the key and every frame (column names, dtypes, index, rows),
+    and whether this worker is service.python_worker."""
 
     def init(self, handle: Any) -> None:
         pass
@@ -66,12 +68,10 @@ class EchoProcessor(StatefulProcessor):  # type: ignore[misc,valid-type]
         import pandas as pd
         import pyspark.worker
 
-        frames = list(rows)
         seen = {"key": [type(k).__name__ + ":" + repr(k) for k in key],
-                "columns": sorted({tuple(f.columns) for f in frames}),
-                "dtypes": sorted({tuple(str(d) for d in f.dtypes) for f in frames}),
-                "rows": [[repr(v) for v in r] for f in frames for r in f.itertuples(index=False)],
-                "empty_frames": sum(1 for f in frames if not len(f))}
+                "frames": [{"columns": list(f.columns), "dtypes": [str(d) for d in f.dtypes],
+                            "index": [int(i) for i in f.index],
+                            "rows": [[repr(v) for v in r] for r in f.itertuples(index=False)]} for f in rows]}
         fast = bool(getattr(pyspark.worker.read_udfs, "_slidingwindow", False))
         yield pd.DataFrame({"seen": [json.dumps(seen)], "fast": [fast]})
 
@@ -98,10 +98,15 @@ def _echo(fast: bool) -> tuple[list[dict], set[bool]]:
     spark = builder.getOrCreate()
     try:
         rows = [(f"t{i % 3}", i % 4, i, f"k{i % 5}".encode(), (b"v" * (i % 3)) or None, 1_000 * i,
-                 float(i) / 2, i % 2 == 0, None if i % 6 == 0 else f"s{i}")
-                for i in range(60)]
+                 float(i) / 2, i % 2 == 0, None if i % 6 == 0 else f"s{i}", None if i % 7 == 0 else i % 3,
+                 None if i % 5 == 0 else float(i), i % 100, float(i) / 4,
+                 datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(seconds=i),
+                 datetime.date(2026, 1, 1 + i % 28), decimal.Decimal(i) / 8, [i, i + 1], {"a": i})
+                for i in range(240)]
         df = spark.createDataFrame(rows, "topic string, partition int, offset long, key binary, value binary, "
-                                         "ts long, x double, b boolean, s string")
+                                         "ts long, x double, b boolean, s string, ni int, nf double, "
+                                         "small tinyint, f float, tstamp timestamp, d date, dec decimal(10,3), "
+                                         "arr array<int>, st struct<a:int>")
         out = df.groupBy("topic", "partition").transformWithStateInPandas(
             statefulProcessor=EchoProcessor(), outputStructType="seen string, fast boolean",
             outputMode="Append", timeMode="None").collect()
@@ -118,10 +123,12 @@ def test_the_processor_gets_what_pyspark_gives_it():
     assert stock_flags == {False}
     assert fast_flags == {True}, "spark.python.worker.module did not run service.python_worker"
     assert len(stock) == 12  # 3 topics x 4 partitions
+    assert any(len(s["frames"]) > 1 for s in stock)  # keys span Arrow batches and are cut into several frames
     for s, f in zip(stock, fast):
         assert f["key"] == s["key"]
-        assert f["columns"] == s["columns"]
-        assert f["dtypes"] == s["dtypes"]
-        assert f["rows"] == s["rows"]
-        assert f["empty_frames"] == 0
+        assert len(f["frames"]) == len(s["frames"]), s["key"]
+        for sf, ff in zip(s["frames"], f["frames"]):
+            assert ff["columns"] == sf["columns"]
+            assert ff["dtypes"] == sf["dtypes"]
+            assert ff["rows"] == sf["rows"]
     assert fast == stock
