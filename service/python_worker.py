@@ -21,8 +21,8 @@ Everything else is pyspark's worker unchanged (:func:`main` is ``pyspark.worker.
 ``read_udfs`` is wrapped, and only its ``transformWithStateInPandas`` function (without initial state) is
 replaced. The replacement takes its inputs from the closure of pyspark's function; if that closure does not
 have the names it needs (another pyspark version), the worker logs a warning once and keeps pyspark's
-function. ``tests/service/test_python_worker.py`` checks the two give the same calls on the same batches, and
-that the service's query runs through this one.
+function. ``tests/service/test_python_worker.py`` runs a processor under both workers in Spark and checks it is
+handed the same keys and the same frames, and that the service's setting (``fast_input``) selects this worker.
 """
 
 from __future__ import annotations
