@@ -17,12 +17,13 @@ pandas once (as pyspark does) and hands out row ranges of it (0.3 us per row). I
 * then the ``PROCESS_TIMER`` and ``COMPLETE`` calls, and the output converted by pyspark's own
   ``PandasToArrowConversion`` with the worker's settings.
 
-Everything else is pyspark's worker unchanged (:func:`main` is ``pyspark.worker.main``): only
-``read_udfs`` is wrapped, and only its ``transformWithStateInPandas`` function (without initial state) is
-replaced. The replacement takes its inputs from the closure of pyspark's function; if that closure does not
-have the names it needs (another pyspark version), the worker logs a warning once and keeps pyspark's
-function. ``tests/service/test_python_worker.py`` runs a processor under both workers in Spark and checks it is
-handed the same keys and the same frames, and that the service's setting (``fast_input``) selects this worker.
+Everything else is pyspark's worker unchanged: only ``read_udfs`` is wrapped, and only its
+``transformWithStateInPandas`` function (without initial state) is replaced (:func:`install`, which
+:mod:`service.python_daemon` calls in each forked worker, and :func:`main` without the daemon). The
+replacement takes its inputs from the closure of pyspark's function; if that closure does not have the names
+it needs (another pyspark version), the worker logs a warning once and keeps pyspark's function.
+``tests/service/test_python_worker.py`` runs a processor under both workers in Spark and checks it is handed
+the same keys and the same frames, and that the service's setting (``fast_input``) selects this worker.
 """
 
 from __future__ import annotations
@@ -139,11 +140,11 @@ def fast_transform_with_state(closure: dict[str, Any]) -> Callable[[int, Iterato
         pieces: list[Any] = []  # row ranges of converted batches that make the frame being filled
         filled = 0
         for batch in batches:
-            if max_bytes != _UNLIMITED and batch.num_rows:
-                total_bytes += sum(buf.size for col in batch.columns for buf in col.buffers() if buf is not None)
-                total_rows += batch.num_rows
             if not batch.num_rows:
                 continue
+            if max_bytes != _UNLIMITED:
+                total_bytes += sum(buf.size for col in batch.columns for buf in col.buffers() if buf is not None)
+                total_rows += batch.num_rows
             limit = _rows_per_frame(max_records, max_bytes, total_bytes / total_rows if total_rows else 0.0)
             pdf = pd.concat(ArrowBatchTransformer.to_pandas(
                 batch, timezone=conf.timezone, prefer_int_ext_dtype=conf.prefer_int_ext_dtype), axis=1)
@@ -232,7 +233,9 @@ def install() -> None:
 
 
 def main(infile: Any, outfile: Any) -> None:
-    """The worker's entry point (``pyspark.daemon`` calls ``<module>.main``): pyspark's, after :func:`install`."""
+    """The worker's entry point without the daemon (``python -m service.python_worker``; pyspark's daemon only
+    imports worker modules named ``pyspark*``, so it gets :func:`install` from :mod:`service.python_daemon`):
+    pyspark's ``main`` after :func:`install`."""
     import pyspark.worker as worker
 
     install()
