@@ -360,8 +360,27 @@ _MAX_KEYS = 1 << (63 - _SHIFT)  # keys per batch on that axis
 _MAX_RECORDS = 1 << 31  # arrival indexes are int32
 
 
-def _concat(arrays: list[np.ndarray], dtype: Any = _I64) -> np.ndarray:
-    return np.concatenate(arrays) if arrays else np.zeros(0, dtype)
+class _Stored(NamedTuple):
+    """The stored columns of all keys of a batch as one matrix (key ``k``'s are ``m[:, off[k]:off[k + 1]]``;
+    :attr:`Cols.stacked` or :func:`raw_matrix` rows), with their first row on the ``k * _OFF + ts`` axis."""
+
+    m: np.ndarray
+    off: np.ndarray  #: K + 1 column offsets
+    at: np.ndarray  #: ``m[0]`` + ``k * _OFF`` (ascending)
+
+    @classmethod
+    def of(cls, mats: list[np.ndarray], offs: np.ndarray) -> "_Stored":
+        n = np.fromiter((x.shape[1] for x in mats), _I64, len(mats))
+        m = np.concatenate(mats, axis=1)
+        return cls(m, np.concatenate([[0], np.cumsum(n)]), m[0] + np.repeat(offs, n))
+
+    def first_at_or_above(self, offs: np.ndarray, local: np.ndarray) -> np.ndarray:
+        """Per key ``k``: the first of its columns whose first row is ``>= local[k]`` (``off[k + 1]``: none)."""
+        return np.searchsorted(self.at, offs + np.maximum(local, 0))
+
+    def suffixes(self, j: np.ndarray) -> np.ndarray:
+        """A mask of every key ``k``'s columns from ``j[k]`` on."""
+        return np.arange(self.m.shape[1]) >= np.repeat(j, np.diff(self.off))
 
 
 class _Written(NamedTuple):
@@ -371,9 +390,10 @@ class _Written(NamedTuple):
     below that - is recomputed from R3; everything below it is kept as it is. Arrays over all keys use the
     ``k * _OFF + ts`` axis, ascending."""
 
-    cut: list[int]  #: per key: the first window start of the recomputed suffix
-    col_j: list[int]  #: per key: index of ``cut`` in the key's stored window starts
-    raw_j: list[int]  #: per key: index of ``cut - 1`` in the key's stored raw timestamps
+    old_win: "_Stored"  #: every key's stored windows (before the batch)
+    old_raw: "_Stored"  #: and raw records
+    col_j: np.ndarray  #: per key: the column of ``old_win`` where the key's recomputed suffix starts (>= cut)
+    raw_j: np.ndarray  #: per key: the column of ``old_raw`` from which on its raw records are in the suffix
     raw_ts: np.ndarray  #: the suffixes' raw timestamps (old and new records)
     raw_parts: list[Any]  #: and their part values
     starts: np.ndarray  #: the suffixes' windows (R3 over the raw records)
@@ -402,12 +422,15 @@ def _kernel(
     # from ``cut`` = lowest - td - 1 on, which needs the raw records from cut - 1 on (R3 windows [p + 1, ...]).
     # So a batch costs O(batch + records within td of it), not O(everything retained).
     cut_abs = new_t[np.searchsorted(new_t, offs)] - td - 1  # every key has a record in the batch
-    cut = (cut_abs - offs).tolist()
-    raw_j = [int(kw.raw_ts.searchsorted(c - 1)) for kw, c in zip(kws, cut)]
-    col_j = [int(kw.cols.starts.searchsorted(c)) for kw, c in zip(kws, cut)]
-    old_n = np.fromiter((len(kw.raw_ts) - j for kw, j in zip(kws, raw_j)), _I64, K)
-    old_R = np.concatenate([raw_matrix(kw)[:, j:] for kw, j in zip(kws, raw_j)], axis=1)
-    old_T = old_R[0] + np.repeat(offs, old_n)
+    cut = cut_abs - offs
+    # every key's stored raw records and windows in one matrix each: the suffixes are masks, not K slices
+    old_raw = _Stored.of([raw_matrix(kw) for kw in kws], offs)
+    old_win = _Stored.of([kw.cols.stacked for kw in kws], offs)
+    raw_j = old_raw.first_at_or_above(offs, cut - 1)
+    col_j = old_win.first_at_or_above(offs, cut)
+    in_suffix = old_raw.suffixes(raw_j)
+    old_R = old_raw.m[:, in_suffix]
+    old_T = old_raw.at[in_suffix]
     T = np.concatenate([old_T, new_t])
     order = np.argsort(T, kind="stable")  # two sorted runs (a merge); old records first within a timestamp
     T = T[order]
@@ -474,8 +497,7 @@ def _kernel(
     first_in = _range(arr, np.minimum, lo, hi, k)
     created_at = np.where(at_zero, first_in, np.maximum(first_in, edge))
     existed = created_at < 0
-    old_cnt = np.fromiter((len(kw.cols.starts) - j for kw, j in zip(kws, col_j)), _I64, K)
-    old_starts = _concat([kw.cols.starts[j:] for kw, j in zip(kws, col_j)]) + np.repeat(offs, old_cnt)
+    old_starts = old_win.at[old_win.suffixes(col_j)]
     if not np.array_equal(starts[existed], old_starts):
         return None
     last_writer = np.maximum(created_at, _range(arr, np.maximum, lo, hi, k))
@@ -483,8 +505,7 @@ def _kernel(
 
     # flush order: by last writer, then the order of writes within the writing record (module docstring):
     # category, then start (ascending for an early writer, else descending). A writer's rows are of one key
-    # and ascending here, so the row index stands for the start; one int64 key sorts all three at once (it
-    # is unique: one writer, one row per start).
+    # and ascending here, so the row index stands for the start (_flush_order).
     lw = last_writer[w].astype(_I64)
     local = starts[w] & _LOCAL
     ts_by_arrival = np.zeros(n_records, _I64)
@@ -501,51 +522,82 @@ def _kernel(
     cat[early_c] = 2
     cat[early_c & (local == writer_ts + 1)] = 1
     cat[early & at_zero[w]] = 3
-    q = len(w)
-    rank = np.arange(q, dtype=_I64)
-    flush_key = (lw * 4 + cat) * (2 * q + 1) + np.where(early, rank, -rank) + q
 
     return _Written(
-        cut, col_j, raw_j, T, raw_parts, starts, T[hi - 1] & _LOCAL, hi - lo, _aggregate(plan, raw_parts, lo, hi),
-        len(starts) - len(old_starts), w[np.argsort(flush_key)], np.flatnonzero(~existed),
+        old_win, old_raw, col_j, raw_j, T, raw_parts, starts, T[hi - 1] & _LOCAL, hi - lo,
+        _aggregate(plan, raw_parts, lo, hi), len(starts) - len(old_starts), w[_flush_order(lw * 4 + cat, early)],
+        np.flatnonzero(~existed),
     )
+
+
+def _flush_order(group: np.ndarray, early: np.ndarray) -> np.ndarray:
+    """The row order by ``group`` (writer * 4 + category), then by row: ascending for an early writer's rows,
+    descending for the others' (all rows of a writer are early or none).
+
+    A stable sort of 16-bit digits is a radix sort in numpy, O(n): the rows go in, ascending where early and
+    descending elsewhere, and are stably sorted by the group's low 16 bits, then by the high ones (groups up to
+    2**32; beyond that one int64 argsort of a combined key)."""
+    q = len(group)
+    top = int(group.max()) if q else 0
+    if top >= 1 << 32:
+        rank = np.arange(q, dtype=_I64)
+        return np.argsort(group * (2 * q + 1) + np.where(early, rank, -rank) + q)
+    order = np.concatenate([np.flatnonzero(early), np.flatnonzero(~early)[::-1]])
+    order = order[np.argsort((group[order] & 0xFFFF).astype(np.uint16), kind="stable")]
+    if top >> 16:
+        order = order[np.argsort((group[order] >> 16).astype(np.uint16), kind="stable")]
+    return order
 
 
 def _store(kws: list["KeyWindows"], res: _Written, bound: int) -> int:
     """Store the recomputed suffixes into every key and drop what is below the purge ``bound``; returns how
     many windows were dropped."""
-    K = len(kws)
-    offs = np.arange(K, dtype=_I64) << _SHIFT
-    w_bounds = np.searchsorted(res.starts, offs).tolist() + [len(res.starts)]
-    r_bounds = np.searchsorted(res.raw_ts, offs).tolist() + [len(res.raw_ts)]
-    starts = res.starts & _LOCAL
-    raw_ts = res.raw_ts & _LOCAL
-    # the suffixes of all keys as matrices (see Cols.stacked, raw_matrix): one concatenation per key and kind
-    W = np.stack([starts, res.ts, res.counts, *_bit_rows(res.parts)])
-    R = np.stack([raw_ts, *_bit_rows(res.raw_parts)])
+    offs = np.arange(len(kws), dtype=_I64) << _SHIFT
+    # the suffixes of all keys as matrices (see Cols.stacked, raw_matrix)
+    W = np.stack([res.starts & _LOCAL, res.ts, res.counts, *_bit_rows(res.parts)])
+    R = np.stack([res.raw_ts & _LOCAL, *_bit_rows(res.raw_parts)])
+    win, win_off, dropped = _spliced(res.old_win, res.col_j, W, res.starts, offs, bound)
+    raw, raw_off, _ = _spliced(res.old_raw, res.raw_j, R, res.raw_ts, offs, bound)
     kinds = _kinds(res.parts)
     raw_kinds = _kinds(res.raw_parts)
-    dropped = 0
-    for k, kw in enumerate(kws):
-        a, b = w_bounds[k], w_bounds[k + 1]
-        j = res.col_j[k]
-        c = kw.cols
-        h = 0 if not j or c.starts[0] >= bound else min(int(c.starts.searchsorted(bound)), j)
-        t = a if res.cut[k] >= bound else a + int(starts[a:b].searchsorted(bound))
-        dropped += h + t - a
-        kw.cols = Cols.of(_joined(c.stacked, h, j, W, t, b), kinds)
-        a, b = r_bounds[k], r_bounds[k + 1]
-        j = res.raw_j[k]
-        old = kw.raw_ts
-        h = 0 if not j or old[0] >= bound else min(int(old.searchsorted(bound)), j)
-        t = a if res.cut[k] - 1 >= bound else a + int(raw_ts[a:b].searchsorted(bound))
-        set_raw(kw, _joined(raw_matrix(kw), h, j, R, t, b), raw_kinds)
+    for kw, a, b, ra, rb in zip(kws, win_off, win_off[1:], raw_off, raw_off[1:]):
+        kw.cols = Cols.of(win[:, a:b], kinds)
+        set_raw(kw, raw[:, ra:rb], raw_kinds)
     return dropped
 
 
-def _joined(head: np.ndarray, h: int, j: int, tail: np.ndarray, t: int, b: int) -> np.ndarray:
-    """Columns ``head[:, h:j]`` followed by ``tail[:, t:b]`` (matrices of the same rows)."""
-    return np.concatenate([head[:, h:j], tail[:, t:b]], axis=1) if j > h else tail[:, t:b]
+def _spliced(
+    old: _Stored, j: np.ndarray, new: np.ndarray, new_at: np.ndarray, offs: np.ndarray, bound: int,
+) -> tuple[np.ndarray, list[int], int]:
+    """Every key's stored columns below its suffix (``old`` up to column ``j[k]``) followed by its recomputed
+    suffix (``new``, first row ``new_at`` on the key axis), without the columns below ``bound``: the matrix of
+    all keys, the K + 1 column offsets of the keys in it, and how many stored columns were dropped::
+
+        key k, old:   |--dropped--|----kept----|....suffix, replaced....|
+                      off[k]      h[k]          j[k]                     off[k + 1]
+        key k, new:                            |--dropped--|----kept----|
+                                               a[k]        t[k]          a[k + 1]
+        key k, out:   |----kept (old)----|----kept (new)----|
+    """
+    K = len(offs)
+    local = np.full(K, bound, _I64)
+    h = np.minimum(old.first_at_or_above(offs, local), j)
+    a = np.searchsorted(new_at, offs)
+    t = np.searchsorted(new_at, offs + max(bound, 0))
+    new_end = np.append(a[1:], len(new_at))
+    head, tail = j - h, new_end - t
+    dropped = int((h - old.off[:-1]).sum() + (t - a).sum())
+    out_off = np.concatenate([[0], np.cumsum(head + tail)])
+    if not head.any():  # nothing kept below the suffixes (the windows full): the new columns at or above bound
+        out = new if not (t - a).any() else new.take(np.flatnonzero(np.arange(len(new_at)) >= np.repeat(t, new_end - a)), axis=1)
+        return out, out_off.tolist(), dropped
+    # output column p of key k: old column h[k] + r, or new column t[k] + r - head[k] (r = p - out_off[k])
+    kid = np.repeat(np.arange(K), head + tail)
+    rel = np.arange(int(out_off[-1])) - out_off[kid]
+    n_old = old.m.shape[1]
+    src = np.where(rel < head[kid], h[kid] + rel, (n_old - head + t)[kid] + rel)
+    out = np.concatenate([old.m, new], axis=1).take(src, axis=1)
+    return out, out_off.tolist(), dropped
 
 
 def process_batch(proc: "SlidingWindowProcessor", records: Sequence[tuple[Hashable, Any, Any]]) -> bool:
@@ -743,16 +795,17 @@ def process_columns(
         if top > store.store_time:
             store.store_time = top
     kms = store.key_max_start
-    ends = (np.searchsorted(res.starts, np.arange(1, len(kws) + 1, dtype=_I64) << _SHIFT) - 1).tolist()
-    for k, (key, kw) in enumerate(zip(batch_keys, kws)):
-        e = ends[k]
-        if e >= 0 and res.starts[e] >> _SHIFT == k:
-            top = int(res.starts[e] & _LOCAL)
-        elif res.col_j[k]:
-            top = int(kw.cols.starts[res.col_j[k] - 1])
-        else:
-            continue
-        if top > kms.get(key, -1):
+    # each key's largest window start: its last recomputed one, else its last one below the suffix (or none)
+    K = len(kws)
+    ends = np.searchsorted(res.starts, np.arange(1, K + 1, dtype=_I64) << _SHIFT) - 1
+    last = res.starts[np.maximum(ends, 0)]
+    below = res.col_j > res.old_win.off[:-1]
+    tops = np.full(K, -1, _I64)
+    tops[below] = res.old_win.m[0][res.col_j[below] - 1]
+    in_key = (ends >= 0) & ((last >> _SHIFT) == np.arange(K))
+    tops[in_key] = last[in_key] & _LOCAL
+    for key, top in zip(batch_keys, tops.tolist()):
+        if top >= 0 and top > kms.get(key, -1):
             kms[key] = top
     store.dirty.update(batch_keys)
     m = _store(kws, res, store.purge_bound())

@@ -251,3 +251,32 @@ def test_close_mode_batch_path_is_taken_on_a_clean_stream():
     assert SlidingWindowProcessor(SlidingWindows(50, 100), Sum(), "close", emit_interval_ms=1000,
                                   batch=True)._plan is None  # a wall-clock emit interval: record path
 
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, (1 << 34) - 1), st.integers(0, 3)), max_size=60), st.integers(0, 3))
+def test_flush_order_is_writer_category_then_row(rows, early_bit):
+    """The radix-sorted flush order against a plain sort: by writer and category, then by row, ascending for an
+    early writer and descending for the others (early is a property of the writer). Writers past 2**14 (groups past
+    2**16 and 2**32) take the two-pass and the int64 paths."""
+    import numpy as np
+
+    from windowstore.batch import _flush_order
+
+    writers = [w for w, _c in rows]
+    group = np.array([w * 4 + c for w, c in rows], dtype=np.int64)
+    early = np.array([(w >> 3 & 3) == early_bit for w in writers], dtype=bool)
+    want = sorted(range(len(rows)), key=lambda i: (int(group[i]), i if early[i] else -i))
+    assert _flush_order(group, early).tolist() == want
+
+
+def test_a_batch_of_more_than_16384_records_flushes_in_record_order():
+    """Flush groups beyond 16 bits (writers are arrival indexes: 20,000 records in one batch)."""
+    rng = random.Random(7)
+    recs = [(rng.choice("abcdefgh"), rng.randint(1, 9), i // 3 + rng.choice([0, 0, 0, -5])) for i in range(20_000)]
+    recs = [(k, v, max(t, 0)) for k, v, t in recs]
+    for make_agg in (Sum, Max):
+        by_batch = run(recs, 40, 10, len(recs), make_agg, True)
+        by_record = run(recs, 40, 10, len(recs), make_agg, False)
+        assert by_batch[2] == 1
+        assert by_batch[0] == by_record[0]
