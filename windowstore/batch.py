@@ -379,8 +379,21 @@ class _Stored(NamedTuple):
         return np.searchsorted(self.at, offs + np.maximum(local, 0))
 
     def suffixes(self, j: np.ndarray) -> np.ndarray:
-        """A mask of every key ``k``'s columns from ``j[k]`` on."""
-        return np.arange(self.m.shape[1]) >= np.repeat(j, np.diff(self.off))
+        """The indexes of every key ``k``'s columns from ``j[k]`` on (ascending)."""
+        return _ranges(j, self.off[1:] - j)
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(s, s + n) for s, n in zip(starts, lengths)])`` in O(total): one cumulative sum of
+    ones with each range's jump at its first position."""
+    keep = lengths > 0
+    starts, lengths = starts[keep], lengths[keep]
+    if not len(lengths):
+        return np.zeros(0, _I64)
+    step = np.ones(int(lengths.sum()), _I64)
+    step[0] = starts[0]
+    step[np.cumsum(lengths[:-1])] = starts[1:] - starts[:-1] - lengths[:-1] + 1
+    return np.cumsum(step)
 
 
 class _Written(NamedTuple):
@@ -429,7 +442,7 @@ def _kernel(
     raw_j = old_raw.first_at_or_above(offs, cut - 1)
     col_j = old_win.first_at_or_above(offs, cut)
     in_suffix = old_raw.suffixes(raw_j)
-    old_R = old_raw.m[:, in_suffix]
+    old_R = old_raw.m.take(in_suffix, axis=1)
     old_T = old_raw.at[in_suffix]
     T = np.concatenate([old_T, new_t])
     order = np.argsort(T, kind="stable")  # two sorted runs (a merge); old records first within a timestamp
@@ -589,13 +602,10 @@ def _spliced(
     dropped = int((h - old.off[:-1]).sum() + (t - a).sum())
     out_off = np.concatenate([[0], np.cumsum(head + tail)])
     if not head.any():  # nothing kept below the suffixes (the windows full): the new columns at or above bound
-        out = new if not (t - a).any() else new.take(np.flatnonzero(np.arange(len(new_at)) >= np.repeat(t, new_end - a)), axis=1)
+        out = new if not (t - a).any() else new.take(_ranges(t, tail), axis=1)
         return out, out_off.tolist(), dropped
-    # output column p of key k: old column h[k] + r, or new column t[k] + r - head[k] (r = p - out_off[k])
-    kid = np.repeat(np.arange(K), head + tail)
-    rel = np.arange(int(out_off[-1])) - out_off[kid]
-    n_old = old.m.shape[1]
-    src = np.where(rel < head[kid], h[kid] + rel, (n_old - head + t)[kid] + rel)
+    # key by key, old columns h[k]... (head[k] of them), then new columns t[k]... (tail[k]), from the two side by side
+    src = _ranges(np.stack([h, old.m.shape[1] + t], axis=1).ravel(), np.stack([head, tail], axis=1).ravel())
     out = np.concatenate([old.m, new], axis=1).take(src, axis=1)
     return out, out_off.tolist(), dropped
 
