@@ -21,8 +21,8 @@ same run (direct/spark 0.63-1.55 over five runs, median 1.18; bench/RESULTS.md).
 
 Per micro-batch and task the processor reads the task meta once, loads a key's windows from the MapState the
 first time that key is touched (lazy loader), and writes either a snapshot - the buckets of the keys whose
-windows changed, plus the meta - or, between snapshots, one log entry with the batch's decoded records (see
-:class:`~service.processing.TaskState`; DESIGN.md: state calls are JVM round trips).
+windows changed, plus the meta - or, between snapshots, one log entry with the batch's decoded records (their keys,
+times and aggregated fields; see :class:`~service.processing.TaskState`; DESIGN.md: state calls are JVM round trips).
 Records are sorted by offset inside the task, so a replayed micro-batch (after a crash) reproduces exactly the same
 state and output; both sinks are at-least-once, so a replay may repeat identical updates.
 """
