@@ -707,8 +707,9 @@ def process_task_batch(
         written = deleted = 0
         snapshot_now = task is None or cur.entries + 1 >= _generation_length(cfg.state_snapshot_every, cur, partition)
         # every batch after the first logs its records; a snapshot batch's entry closes its generation, so a
-        # worker that is behind it still catches up through the log
-        log = encode_log(token, out.decoded, cfg.value_fields)  # a new task's too: shared as its first entry (applied to "")
+        # worker that is behind it still catches up through the log (a new task's too: shared as its first entry,
+        # applied to "")
+        log = encode_log(token, out.decoded, cfg.value_fields)
         if task is not None:
             state.put_bucket(log_slot(cur.entries, cur.parity), log)
         if snapshot_now:

@@ -436,7 +436,7 @@ def _kernel(
     # So a batch costs O(batch + records within td of it), not O(everything retained).
     cut_abs = new_t[np.searchsorted(new_t, offs)] - td - 1  # every key has a record in the batch
     cut = cut_abs - offs
-    # every key's stored raw records and windows in one matrix each: the suffixes are masks, not K slices
+    # every key's stored raw records and windows in one matrix each: the suffixes are index ranges, not K slices
     old_raw = _Stored.of([raw_matrix(kw) for kw in kws], offs)
     old_win = _Stored.of([kw.cols.stacked for kw in kws], offs)
     raw_j = old_raw.first_at_or_above(offs, cut - 1)

@@ -1,0 +1,131 @@
+"""One task's micro-batch without Spark or Kafka, with the windows full: CPU per batch, this tree against a revision.
+
+    .venv/bin/python bench/task_batch_bench.py [--against REV] [--rounds N] [--batches N]
+
+The shape of ``bench/service_bench.py``'s windows-full pass, for one of its four tasks: 2,500 keys, 12,500
+JSON records per micro-batch (2,000 records per second of event time, 5% out of order by up to the grace), 60 s
+windows, 10 s grace, ``count,sum:amount,max:amount``, Avro changelog. It fills the windows (14 batches, 87.5 s of
+event time), then runs ``--batches`` more through ``service.processing.process_task_batch`` against in-memory
+state (decode, window engine, changelog encoding, log entry or snapshot; no producer) and prints the CPU
+milliseconds per batch: all of it, and the window engine's part (``SlidingWindowProcessor.process_columns``).
+
+With ``--against REV`` the same runs are made in a temporary git worktree of that revision, alternating with
+this tree's, each in a fresh process, and the table gives both and their ratio (best round of each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+AGGS = "count,sum:amount,max:amount"
+KEYS, PER_BATCH, RECORDS_PER_MS = 2_500, 12_500, 2
+
+
+def measure(fill: int, batches: int) -> dict[str, float]:
+    """Runs in the tree on ``sys.path[0]``: CPU ms per batch (all, engine) and changelog rows per batch."""
+    from connectors.output import ChangelogSpec
+    from connectors.serde import InputSpec, aggregation_fields
+    from service.processing import DictTaskState, TaskConfig, TaskRunner, process_task_batch
+    from windowstore import SlidingWindowProcessor
+
+    cfg = TaskConfig(60_000, 10_000, AGGS, "update", InputSpec(fields=aggregation_fields(AGGS)),
+                     ChangelogSpec("avro", "avro", AGGS, 1, 2), "out", "late", "dlq")
+    runner, state, rnd = TaskRunner(cfg), DictTaskState(), random.Random(1)
+    pos = [0]
+
+    def batch() -> tuple[list[bytes], list[bytes], list[int]]:
+        keys, values, stamps = [], [], []
+        for i in range(pos[0], pos[0] + PER_BATCH):
+            t = 1_790_000_000_000 + i // RECORDS_PER_MS
+            if rnd.random() < 0.05:
+                t -= rnd.randint(1, 10_000)
+            keys.append(b"acct-%05d" % (rnd.randrange(KEYS) * 4))
+            values.append(b'{"amount": %d}' % rnd.randint(1, 1000))
+            stamps.append(t)
+        pos[0] += PER_BATCH
+        return keys, values, stamps
+
+    offset = [0]
+
+    def run(b: tuple[list[bytes], list[bytes], list[int]]) -> int:
+        keys, values, stamps = b
+        out = process_task_batch(runner, state, "in", 0, list(range(offset[0], offset[0] + len(keys))), keys,
+                                 values, stamps, emit_time_ms=5)
+        offset[0] += len(keys)
+        return len(out.changelog_keys)
+
+    for _ in range(fill):
+        run(batch())
+    todo = [batch() for _ in range(batches)]
+    engine = [0.0]
+    inner = SlidingWindowProcessor.process_columns
+
+    def timed(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        t0 = time.process_time()
+        try:
+            return inner(self, *args, **kwargs)
+        finally:
+            engine[0] += time.process_time() - t0
+
+    SlidingWindowProcessor.process_columns = timed  # type: ignore[method-assign]
+    t0 = time.process_time()
+    rows = sum(run(b) for b in todo)
+    total = time.process_time() - t0
+    return {"ms": total / batches * 1e3, "engine_ms": engine[0] / batches * 1e3, "rows": rows / batches}
+
+
+def run_in(tree: Path, fill: int, batches: int) -> dict[str, float]:
+    code = (f"import sys, json; sys.path.insert(0, {str(tree)!r}); sys.path.insert(1, {str(ROOT / 'bench')!r}); "
+            f"import task_batch_bench as b; print(json.dumps(b.measure({fill}, {batches})))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tree, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--against", metavar="REV", help="a git revision to compare with, side by side")
+    ap.add_argument("--rounds", type=int, default=3, help="fresh processes per tree (alternating)")
+    ap.add_argument("--batches", type=int, default=16, help="measured batches per round")
+    ap.add_argument("--fill", type=int, default=14, help="batches before measuring (14: the windows are full)")
+    args = ap.parse_args()
+    trees = {"this tree": ROOT}
+    tmp = None
+    if args.against:
+        tmp = Path(tempfile.mkdtemp(prefix="task-batch-bench-")) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tmp), args.against], check=True,
+                       capture_output=True)
+        trees[args.against] = tmp
+    try:
+        best: dict[str, dict[str, float]] = {}
+        for r in range(args.rounds):
+            for name, tree in trees.items():
+                got = run_in(tree, args.fill, args.batches)
+                print(f"round {r + 1} {name}: {got['ms']:.1f} ms per batch, engine {got['engine_ms']:.1f} ms, "
+                      f"{got['rows']:.0f} changelog rows", flush=True)
+                if name not in best or got["ms"] < best[name]["ms"]:
+                    best[name] = got
+    finally:
+        if tmp is not None:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp)], check=False)
+    print(f"\n{KEYS} keys, {PER_BATCH} records per batch, windows full; CPU per batch, best of {args.rounds}\n")
+    print("| tree | ms per batch | window engine ms | changelog rows per batch |")
+    print("|---|---:|---:|---:|")
+    for name, got in best.items():
+        print(f"| {name} | {got['ms']:.1f} | {got['engine_ms']:.1f} | {got['rows']:.0f} |")
+    if args.against:
+        a, b = best["this tree"], best[args.against]
+        print(f"\nthis tree / {args.against}: {a['ms'] / b['ms']:.2f} of the CPU per batch, "
+              f"window engine {a['engine_ms'] / b['engine_ms']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
