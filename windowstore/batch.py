@@ -374,13 +374,20 @@ class _Stored(NamedTuple):
         m = np.concatenate(mats, axis=1)
         return cls(m, np.concatenate([[0], np.cumsum(n)]), m[0] + np.repeat(offs, n))
 
-    def first_at_or_above(self, offs: np.ndarray, local: np.ndarray) -> np.ndarray:
+    def first_at_or_above(self, offs: np.ndarray, local: np.ndarray | int) -> np.ndarray:
         """Per key ``k``: the first of its columns whose first row is ``>= local[k]`` (``off[k + 1]``: none)."""
-        return np.searchsorted(self.at, offs + np.maximum(local, 0))
+        return _first_at_or_above(self.at, offs, local)
 
     def suffixes(self, j: np.ndarray) -> np.ndarray:
         """The indexes of every key ``k``'s columns from ``j[k]`` on (ascending)."""
         return _ranges(j, self.off[1:] - j)
+
+
+def _first_at_or_above(at: np.ndarray, offs: np.ndarray, local: np.ndarray | int) -> np.ndarray:
+    """Per key ``k`` (axis offset ``offs[k]``): the first index of ascending ``at`` (the ``k * _OFF + ts`` axis)
+    at or above the key's ``local`` (an array per key, or one value for all); a negative ``local`` is 0, the
+    key's first index."""
+    return np.searchsorted(at, offs + np.maximum(local, 0))
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -592,11 +599,9 @@ def _spliced(
                                                a[k]        t[k]          a[k + 1]
         key k, out:   |----kept (old)----|----kept (new)----|
     """
-    K = len(offs)
-    local = np.full(K, bound, _I64)
-    h = np.minimum(old.first_at_or_above(offs, local), j)
+    h = np.minimum(old.first_at_or_above(offs, bound), j)
     a = np.searchsorted(new_at, offs)
-    t = np.searchsorted(new_at, offs + max(bound, 0))
+    t = _first_at_or_above(new_at, offs, bound)
     new_end = np.append(a[1:], len(new_at))
     head, tail = j - h, new_end - t
     dropped = int((h - old.off[:-1]).sum() + (t - a).sum())
