@@ -13,7 +13,9 @@ not). With ``--workers`` above 1 each batch goes to a worker picked at random (w
 task to whichever Python worker is idle; the same seed gives every configuration the same turns. With
 ``--share on`` the log entries are shared (``state_log_share``): before each batch every worker replays the
 entries it has not seen, as its catch-up thread does while idle; that CPU is off the batch's critical path and
-shown apart ("catch-up").
+shown apart ("catch-up"). At the end a restart is timed: a worker without the task's processor takes one record,
+restores the latest snapshot and replays the log entries written since ("restore s", "(entries)": how many; the
+count depends on where in a snapshot generation the run ends).
 """
 
 from __future__ import annotations
@@ -82,6 +84,13 @@ def run(keys: int, rate: float, batch_s: float, warmup: int, batches: int, worke
                 totals["hits"] += out.stats["state_cache_hit"]
                 totals["replayed"] += out.stats["state_log_replayed"]
                 totals["changelog"] += out.stats["changelog"]
+        # a restart: a worker without the task's processor takes one record; it restores the latest snapshot and
+        # replays the log entries written since
+        processing._CACHE = {}
+        c0 = time.process_time()
+        out = process_task_batch(runner, state, "in", 0, [off], [b"acct-00000"], [b'{"amount": 1, "sent": 0}'], [t])
+        totals["restore"] = time.process_time() - c0
+        totals["restore_replayed"] = out.stats["state_log_replayed"]
     finally:
         processing._CACHE, processing._start_catch_up_thread, tempfile.tempdir = saved
         spool_dir.cleanup()
@@ -111,7 +120,7 @@ def main() -> None:
           f"batches, {args.batches} measured after {args.warmup}\n")
     header = (f"{'workers':>7} {'snapshot every':>14} {'shared':>6} {'CPU s/batch':>11} {'(min-max)':>13} "
               f"{'vs first':>8} {'catch-up s/batch':>16} {'hits':>5} {'replayed':>8} {'changelog/batch':>15} "
-              f"{'state MB at end':>15}")
+              f"{'state MB at end':>15} {'restore s':>9} {'(entries)':>9}")
     print(header)
     print("-" * len(header))
     for w in workers:
@@ -131,7 +140,8 @@ def main() -> None:
             print(f"{w:>7} {every:>14} {'on' if share else 'off':>6} {cpu:>11.3f} "
                   f"{f'({cpus[0]:.3f}-{cpus[-1]:.3f})':>13} {cpu / first:>7.2f}x {catch_up:>16.3f} {r['hits']:>5} "
                   f"{r['replayed']:>8} {r['changelog'] / args.batches:>15,.0f} "
-                  f"{(r['log_bytes'] + r['bucket_bytes']) / 1e6:>15.1f}", flush=True)
+                  f"{(r['log_bytes'] + r['bucket_bytes']) / 1e6:>15.1f} {r['restore']:>9.2f} "
+                  f"{r['restore_replayed']:>9}", flush=True)
 
 
 if __name__ == "__main__":

@@ -255,10 +255,10 @@ class Settings:
                              "running without it)")
     state_buckets: int = _s(256, _int(1), "key buckets per task in the state store (one state entry each; "
                             "fixed when a checkpoint is created)", "N")
-    state_snapshot_every: int = _s(8, _int(1), "write a task's key buckets every N-th micro-batch; the batches "
+    state_snapshot_every: int = _s(16, _int(1), "write a task's key buckets every N-th micro-batch; the batches "
                                    "in between write only their input records as a log entry, replayed on "
                                    "restore and by a worker that is behind (1: every batch rewrites the buckets; "
-                                   "with state_cache off every batch replays the log)", "N")
+                                   "with state_cache off every batch replays the log, so keep N small there)", "N")
     state_cache: bool = _s(True, _bool, "keep each task's windows in the Python worker between micro-batches "
                                         "(validated against the state store; false: always read the store)")
     state_log_share: bool = _s(False, _bool, "also leave each task batch's log entry in a local temp directory, so "

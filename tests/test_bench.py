@@ -89,3 +89,21 @@ def test_python_worker_bench_runs_both_workers() -> None:
     runs = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     assert [r["worker"] for r in runs] == ["pyspark", "service.python_worker"]
     assert "service.python_worker / pyspark throughput" in run.stdout
+
+
+def test_task_state_bench_times_batches_and_a_restart() -> None:
+    """Tiny run of the task-state bench: one row per (workers, snapshot interval); the restart at the end replays
+    the log entries written since the last snapshot (fewer than the interval)."""
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "task_state_bench.py"), "--keys", "20", "--rate", "40",
+         "--batch-seconds", "2", "--warmup", "2", "--batches", "5", "--workers", "1", "--snapshot-every", "1,4",
+         "--repeat", "1"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stderr
+    rows = [line.split() for line in run.stdout.splitlines() if line.split() and line.split()[0] == "1"]
+    assert [int(r[1]) for r in rows] == [1, 4], run.stdout
+    for r in rows:
+        cpu, restore_s, replayed = float(r[3]), float(r[-2]), int(r[-1])
+        assert cpu > 0 and restore_s >= 0 and 0 <= replayed < int(r[1]), r
+    assert int(rows[0][-1]) == 0, run.stdout  # a snapshot every batch: nothing to replay
