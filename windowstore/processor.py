@@ -74,6 +74,20 @@ def visibility_for(emit: EmitMode) -> Visibility:
     }[emit]
 
 
+class _RecordStep:
+    """:attr:`SlidingWindowProcessor.process`: :meth:`~SlidingWindowProcessor._process_fast` on a processor
+    that takes lazy runs (update mode, exact Count/Sum, no batch path), :meth:`~SlidingWindowProcessor._process_record`
+    on any other. Chosen when the attribute is read (a loop reads it once), not stored on the processor: a
+    bound method of the processor in its own ``__dict__`` would make it a reference cycle, which reference
+    counting cannot free. Processors hold a task's windows, and ``service.python_daemon`` relies on a dropped
+    one being freed at once (``tests/service/test_processing.py`` checks that task batches leave no cycles)."""
+
+    def __get__(self, proc: "SlidingWindowProcessor | None", cls: type | None = None) -> Callable[..., Any]:
+        if proc is None:
+            return SlidingWindowProcessor._process_record
+        return proc._process_fast if proc._lazy else proc._process_record
+
+
 class SlidingWindowProcessor:
     """Applies Kafka Streams' sliding-window aggregation to records of one task.
 
@@ -141,10 +155,12 @@ class SlidingWindowProcessor:
         self._update = self.emit is EmitMode.UPDATE
         self._every = self.emit is EmitMode.EVERY
         self._close = self.emit is EmitMode.CLOSE
+        # the mode's emit step, unbound (called as ``self._emit(self, ...)``): a bound method of the processor
+        # kept in its own ``__dict__`` would make it a reference cycle (see :class:`_RecordStep`)
         self._emit = {
-            EmitMode.EVERY: self._emit_every,
-            EmitMode.UPDATE: self._emit_update,
-            EmitMode.CLOSE: self._emit_none,
+            EmitMode.EVERY: type(self)._emit_every,
+            EmitMode.UPDATE: type(self)._emit_update,
+            EmitMode.CLOSE: type(self)._emit_none,
         }[self.emit]
         self._finish = None if aggregation.finish_is_identity else aggregation.finish
         self._out: list[WindowUpdate] | None = None
@@ -157,12 +173,15 @@ class SlidingWindowProcessor:
         #: keys that took a partially-late record: the batch path checks them against R3 before use
         self.flagged_keys: set[Hashable] = set()
         #: update mode, built-in Count/Sum, no batch path: records enter through :meth:`_process_fast`
+        #: (then :attr:`process` is :meth:`_process_fast`, see :class:`_RecordStep`)
         self._lazy = self._update and bool(self._inline) and self._plan is None
-        if self._lazy:
-            self.process = self._process_fast  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------------------------------------- input
-    def process(self, key: Hashable, value: Any, ts: int) -> list[WindowUpdate]:
+    #: ``process(key, value, ts) -> list[WindowUpdate]``: process one record; returns the updates it emits (see
+    #: the class docstring)
+    process = _RecordStep()
+
+    def _process_record(self, key: Hashable, value: Any, ts: int) -> list[WindowUpdate]:
         """Process one record; returns the updates it emits (see the class docstring)."""
         stats = self.stats
         stats.records += 1
@@ -456,7 +475,7 @@ class SlidingWindowProcessor:
                 seq += 1
                 stamps[start] = seq
             else:
-                self._emit(key, kw, start, entry)
+                self._emit(self, key, kw, start, entry)
         self._seq = seq
         self.stats.windows_created += n
 
@@ -476,13 +495,13 @@ class SlidingWindowProcessor:
         Sum is lazy only while every sum of the key is an ``int`` (exact). Anything else takes :meth:`process`
         or :meth:`_process_reverse`, which end the run first."""
         if key is None or value is None or type(t) is not int or t < self.td or not self._lazy:
-            return SlidingWindowProcessor.process(self, key, value, t)
+            return SlidingWindowProcessor._process_record(self, key, value, t)
         st = self.observed_stream_time
         if t > st:
             self.observed_stream_time = st = t
         close = st - self.grace
         if t < close:  # late, or some of its windows are closed
-            return SlidingWindowProcessor.process(self, key, value, t)
+            return SlidingWindowProcessor._process_record(self, key, value, t)
         stats = self.stats
         stats.records += 1
         stats.accepted += 1
@@ -732,7 +751,7 @@ class SlidingWindowProcessor:
                     e[1] = t
                 e[2] += 1
                 updated += 1
-                self._emit(key, kw, left, e)
+                self._emit(self, key, kw, left, e)
             else:
                 skipped += 1
             if old_ts >= t:  # duplicate timestamp: every window it needs exists already (R10.3, R15)
@@ -815,7 +834,7 @@ class SlidingWindowProcessor:
                         e[1] = t
                     e[2] += 1
                     self.stats.windows_updated += 1
-                    self._emit(key, kw, s, e)
+                    self._emit(self, key, kw, s, e)
                 else:
                     self.stats.skipped_windows += 1
             else:  # s == t + 1
@@ -835,7 +854,7 @@ class SlidingWindowProcessor:
             e[1] = combined[1] if combined[1] > t else t
             e[2] = combined[2] + 1
             self.stats.windows_updated += 1
-            self._emit(key, kw, 0, e)
+            self._emit(self, key, kw, 0, e)
         else:
             self.stats.skipped_windows += 1
 
@@ -952,15 +971,18 @@ class SlidingWindowProcessor:
         proc = cls(windows, aggregation, emit, **kwargs)
         if meta is not None:
             apply_meta(proc, meta)
-        store = proc.store
+        # what ``load`` needs, read now: a closure over the processor or its store, kept by the store, would
+        # make a reference cycle (see :class:`_RecordStep`)
+        as_entries = proc.store.materialize is None  # no batch path: columns a batch-path processor wrote
+        agg = proc.aggregation
 
         def load(key: Hashable) -> Any:
             blob = loader(key)
             if blob is None:
                 return None
             kw = decode_key_windows(blob)
-            if kw.cols is not None and store.materialize is None:  # columns written by a batch-path processor
-                entries_from_columns(kw, proc.aggregation)
+            if kw.cols is not None and as_entries:
+                entries_from_columns(kw, agg)
             return kw
 
         proc.store.loader = load
