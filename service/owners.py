@@ -238,7 +238,7 @@ def _portable(out: TaskOutput, config: TaskConfig) -> TaskOutput:
     """What travels back: the stats, and the rows unless this worker produced them (sink=direct)."""
     if config.sink == "direct":
         return TaskOutput(stats=out.stats)
-    return replace(out, decoded=[])
+    return replace(out, decoded=None)
 
 
 def _close(listener: Listener) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import pickle
 import threading
 import time
@@ -32,9 +33,9 @@ from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregatio
 from service import spool
 from service.metrics import LATENCY_BUCKETS_MS, LATENESS_BUCKETS_MS
 
-__all__ = ["TaskConfig", "TaskStats", "TaskOutput", "TaskRunner", "TaskState", "DictTaskState", "process_task_batch", "bucket_of",
-           "encode_bucket", "decode_bucket", "spool_catch_up", "stop_catch_up_thread", "drop_cached", "worker_busy",
-           "OUTPUT_KINDS", "STATS_FIELDS"]
+__all__ = ["TaskConfig", "TaskStats", "TaskOutput", "Decoded", "TaskRunner", "TaskState", "DictTaskState",
+           "process_task_batch", "bucket_of", "encode_bucket", "decode_bucket", "spool_catch_up",
+           "stop_catch_up_thread", "drop_cached", "worker_busy", "OUTPUT_KINDS", "STATS_FIELDS"]
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +141,37 @@ class TaskStats:
         self.values[name] = v
 
 
+class Decoded(NamedTuple):
+    """A micro-batch's valid records as columns, in input order: made once (:meth:`of`), read by the processor,
+    the batch's stats and its log entry (each took its own pass over the records before)."""
+
+    #: each record's position in the task's input
+    index: list[int]
+    keys: list[Any]
+    #: the decoded values: the processor's fallbacks and drop reports get these very objects
+    values: list[Any]
+    #: event times (int64)
+    ts: np.ndarray
+    #: per value field the aggregations read, the records' values of it
+    fields: dict[str, list[Any]]
+
+    @classmethod
+    def of(cls, records: Sequence[tuple[int, Any, Any, int]], fields: Sequence[str] = ()) -> "Decoded":
+        """From the decoder's ``(index, key, value, ts)`` records; ``fields``: the value fields to take out."""
+        if not records:
+            return cls([], [], [], np.zeros(0, np.int64), {f: [] for f in fields})
+        index, keys, values, ts = zip(*records)
+        return cls(list(index), list(keys), list(values), np.array(ts, np.int64),
+                   {f: list(map(operator.itemgetter(f), values)) for f in fields})
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def records(self) -> list[tuple[int, Any, Any, int]]:
+        """The records again, as :meth:`of` takes them."""
+        return list(zip(self.index, self.keys, self.values, self.ts.tolist()))
+
+
 @dataclass
 class TaskOutput:
     """Output rows of one task batch: first the rows with headers (dead letters, late records) as parallel
@@ -154,8 +186,8 @@ class TaskOutput:
     value: list[bytes | None] = field(default_factory=list)
     headers: list[list[tuple[str, bytes]] | None] = field(default_factory=list)
     stats: TaskStats = field(default_factory=TaskStats)
-    #: the valid records the processor was given, ``(index, key, value, ts)`` in order (the task's log entry)
-    decoded: list[tuple[int, Any, Any, int]] = field(default_factory=list)
+    #: the valid records the processor was given (the task's log entry)
+    decoded: Decoded | None = None
     changelog_topic: str = ""
     changelog_keys: Sequence[bytes] = ()
     changelog_values: Sequence[bytes] = ()
@@ -218,7 +250,8 @@ class TaskRunner:
         n = len(offsets)
         stats["records"] = n
         stats["max_offset"] = int(offsets[-1]) if n else -1
-        good, bad = self.decoder.decode_batch(keys, values, timestamps)
+        good_records, bad = self.decoder.decode_batch(keys, values, timestamps)
+        good = Decoded.of(good_records, cfg.value_fields)
 
         ps = proc.stats
         created0, updated0, skipped0 = ps.windows_created, ps.windows_updated, ps.skipped_windows
@@ -228,13 +261,15 @@ class TaskRunner:
         columns, updates = self._apply(proc, good)
         out.decoded = good
         late_rows: list[tuple[int, Any]] = []
+        late_at: list[int] = []  # positions in ``good``
         dropped = proc.take_drops()
         if dropped:
-            index_of = {id(v): i for i, _k, v, _t in good}
-            late_rows = [(index_of[id(d.value)], d) for d in dropped]
+            at = {id(v): p for p, v in enumerate(good.values)}
+            late_at = [at[id(d.value)] for d in dropped]
+            late_rows = [(good.index[p], d) for p, d in zip(late_at, dropped)]
         lateness_sum = lateness_max = 0
-        if good:
-            ts_arr = np.fromiter((t for *_x, t in good), dtype=np.int64, count=len(good))
+        if len(good):
+            ts_arr = good.ts
             st_arr = np.maximum.accumulate(np.maximum(ts_arr, st0))
             lateness = st_arr - ts_arr
             lateness_sum = int(lateness.sum())
@@ -270,9 +305,8 @@ class TaskRunner:
         out.changelog_topic, out.changelog_keys, out.changelog_values = cfg.changelog_topic, ckeys, cvalues
 
         stats["aggregated"] = len(good) - len(late_rows)
-        if good:
-            late_idx = {i for i, _d in late_rows}
-            acc_ts = np.fromiter((t for i, _k, _v, t in good if i not in late_idx), dtype=np.int64)
+        if len(good):
+            acc_ts = np.delete(good.ts, late_at) if late_at else good.ts
             if len(acc_ts):
                 latency = np.maximum(emit_time - acc_ts, 0)
                 stats["latency_ms_sum"] = int(latency.sum())
@@ -294,32 +328,29 @@ class TaskRunner:
         stats["process_ns"] = time.perf_counter_ns() - t0
         return out
 
-    def _apply(self, proc: SlidingWindowProcessor, good: Sequence[tuple[int, Any, Any, int]]) -> tuple[Any, list[Any]]:
+    def _apply(self, proc: SlidingWindowProcessor, good: Decoded) -> tuple[Any, list[Any]]:
         """Feed the decoded records to the processor and flush: ``(columns, [])`` on the batch path
         (:meth:`~windowstore.SlidingWindowProcessor.flush_columns`), ``(None, updates)`` on the record path."""
         if getattr(proc, "batch", False):
             # identical results to the record path; the batch fast path where it applies. The record values go
             # along so fallbacks and drop reports get the very objects decoded here (late rows map back by id)
-            vals = [v for _i, _k, v, _t in good]
             fields = {}
             for name, numeric in self.config.input.fields:
                 if numeric:
-                    col = np.asarray([v[name] for v in vals])
+                    col = np.asarray(good.fields[name])
                     fields[name] = col if col.dtype.kind in "iuf" else col.astype(object)
-            proc.process_columns([k for _i, k, _v, _t in good],
-                                 np.fromiter((t for *_x, t in good), dtype=np.int64, count=len(good)),
-                                 fields, vals)
+            proc.process_columns(good.keys, good.ts, fields, good.values)
             return proc.flush_columns(), []
         updates: list[Any] = []
         process = proc.process
-        for _i, k, v, t in good:
+        for k, v, t in zip(good.keys, good.values, good.ts.tolist()):
             r = process(k, v, t)
             if r:
                 updates.extend(r)
         updates.extend(proc.flush())
         return None, updates
 
-    def replay(self, proc: SlidingWindowProcessor, good: Sequence[tuple[int, Any, Any, int]]) -> None:
+    def replay(self, proc: SlidingWindowProcessor, good: Decoded) -> None:
         """Bring ``proc`` through a committed batch again (its :attr:`TaskOutput.decoded` records): the same
         calls as :meth:`run` followed by the expiry of :func:`process_task_batch`, output discarded. The
         processor is deterministic, so the state afterwards is the state that batch committed."""
@@ -444,25 +475,24 @@ def log_slot(i: int, parity: int = 0) -> int:
     return -1 - i - parity * _GENERATION
 
 
-def encode_log(prev_token: str, records: Sequence[tuple[int, Any, Any, int]], fields: Sequence[str] = ()) -> bytes:
-    """A log entry: the token of the state it applies to and the batch's decoded ``(index, key, value, ts)``
-    records as columns - the keys, the event times and the value ``fields`` the aggregations read (zstd, as
-    buckets). Replaying it needs nothing else (the processor reads a value only through those fields); the rest
-    of each value is left out. Pickling the records whole cost ~7% of the workers' time with the windows full."""
-    keys = [r[1] for r in records]
-    ts = np.fromiter((r[3] for r in records), np.int64, len(records))
-    columns = {f: [r[2][f] for r in records] for f in fields}
-    return _compress(pickle.dumps((prev_token, keys, ts, columns), protocol=5))
+def encode_log(prev_token: str, records: Decoded, fields: Sequence[str] = ()) -> bytes:
+    """A log entry: the token of the state it applies to and the batch's decoded records as columns - the keys,
+    the event times and the value ``fields`` the aggregations read (zstd, as buckets; ``records.fields`` must
+    hold them). Replaying it needs nothing else (the processor reads a value only through those fields); the
+    rest of each value is left out. Pickling the records whole cost ~7% of the workers' time with the windows
+    full."""
+    columns = {f: records.fields[f] for f in fields}
+    return _compress(pickle.dumps((prev_token, records.keys, records.ts, columns), protocol=5))
 
 
-def decode_log(data: bytes, fields: Sequence[str] = ()) -> tuple[str, list[tuple[int, Any, Any, int]]]:
+def decode_log(data: bytes, fields: Sequence[str] = ()) -> tuple[str, Decoded]:
     """Inverse of :func:`encode_log`: ``(token applied to, records)``, each value a dict of the logged fields.
     Also reads the entries written before the columns (the records pickled whole). Raises when the entry lacks
     one of ``fields`` (the aggregations' fields now): the checkpoint was written with other aggregations."""
     entry = pickle.loads(_decompress(data))
     if len(entry) == 2:  # (token, [(index, key, value, ts), ...])
         prev, records = entry
-        return prev, records
+        return prev, Decoded.of(records, fields)
     prev, keys, ts, columns = entry
     missing = [f for f in fields if f not in columns]
     if missing:
@@ -471,7 +501,7 @@ def decode_log(data: bytes, fields: Sequence[str] = ()) -> tuple[str, list[tuple
                            "with other aggregations; use a new checkpoint_dir")
     names = list(columns)
     values = [dict(zip(names, row)) for row in zip(*columns.values())] if names else [{} for _k in keys]
-    return prev, [(i, k, v, t) for i, (k, v, t) in enumerate(zip(keys, values, ts.tolist()))]
+    return prev, Decoded(list(range(len(keys))), keys, values, ts, columns)
 
 
 class _Token(NamedTuple):
@@ -669,7 +699,7 @@ def process_task_batch(
     hit = cached is not None and use_cache and task is not None and cached.token == token
     proc: SlidingWindowProcessor | None = None
     plan: list[tuple[int, int]] | None = [] if hit else None  # log entries (parity, i) to replay
-    first: tuple[str, list[Any]] | None = None
+    first: tuple[str, Decoded] | None = None
     if hit:
         proc, source = cached.proc, cached.source  # type: ignore[union-attr]
         source.bind(state)
@@ -709,6 +739,7 @@ def process_task_batch(
         # every batch after the first logs its records; a snapshot batch's entry closes its generation, so a
         # worker that is behind it still catches up through the log (a new task's too: shared as its first entry,
         # applied to "")
+        assert out.decoded is not None  # TaskRunner.run sets it
         log = encode_log(token, out.decoded, cfg.value_fields)
         if task is not None:
             state.put_bucket(log_slot(cur.entries, cur.parity), log)
@@ -842,7 +873,7 @@ def _adopt_new_tasks(cache: dict[tuple[Any, str, int], _Cached], limit: int | No
     return done
 
 
-def _shared_entry(cfg: TaskConfig, topic: str, partition: int, token: str) -> tuple[str, list[Any]] | None:
+def _shared_entry(cfg: TaskConfig, topic: str, partition: int, token: str) -> tuple[str, Decoded] | None:
     """The shared log entry applied to ``token`` (``""``: a new task's first), decoded: ``(new token, records)``;
     ``None`` when there is none. Raises when the entry cannot be decoded."""
     found = spool.get(cfg.log_spool, topic, partition, token)
@@ -853,11 +884,11 @@ def _shared_entry(cfg: TaskConfig, topic: str, partition: int, token: str) -> tu
     return (new_token, records) if applied_to == token else None
 
 
-def _loadable(c: _Cached, records: Sequence[tuple[int, Any, Any, int]]) -> bool:
+def _loadable(c: _Cached, records: Decoded) -> bool:
     """Whether every key of ``records`` is in memory, new, or in a bucket the source has read."""
     store = c.proc.store
     mem, known, read, n = store.keys, store.key_max_start, c.source.buckets, c.source.n_buckets
-    return all(k in mem or k not in known or bucket_of(k, n) in read for _i, k, _v, _t in records)
+    return all(k in mem or k not in known or bucket_of(k, n) in read for k in records.keys)
 
 
 def _start_catch_up_thread() -> None:
@@ -892,7 +923,7 @@ def _catch_up_loop() -> None:
             time.sleep(SPOOL_POLL_SECONDS)
 
 
-def _read_log(state: TaskState, parity: int, i: int, fields: Sequence[str]) -> tuple[str, list[Any]]:
+def _read_log(state: TaskState, parity: int, i: int, fields: Sequence[str]) -> tuple[str, Decoded]:
     data = state.get_bucket(log_slot(i, parity))
     if data is None:
         raise RuntimeError(f"the task state is inconsistent: its token names log entry {i} of generation "

@@ -18,8 +18,8 @@ from connectors.output import ChangelogSpec
 from connectors.serde import InputSpec, aggregation_fields
 import service.processing as processing
 from service import spool
-from service.processing import (DictTaskState, TaskConfig, TaskRunner, TaskState, decode_bucket, encode_bucket,
-                                process_task_batch)
+from service.processing import (Decoded, DictTaskState, TaskConfig, TaskRunner, TaskState, decode_bucket,
+                                encode_bucket, process_task_batch)
 from tests.service.events import changelog_final, payment_events, replay
 
 AGGS = "count,sum:amount,max:amount"
@@ -356,14 +356,17 @@ def test_a_task_written_uncompressed_goes_on_with_compressed_buckets():
 def test_a_log_entry_keeps_keys_times_and_the_aggregated_fields_only():
     records = [(i, f"acct-{i % 7}", {"amount": i * 3, "note": "x" * 40, "currency": "EUR"}, 1000 + i)
                for i in range(500)]
-    entry = processing.encode_log("tok", records, ("amount",))
+    decoded = Decoded.of(records, ("amount", "note"))
+    entry = processing.encode_log("tok", decoded, ("amount",))
     assert b"xxxx" not in processing._decompress(entry) and b"EUR" not in processing._decompress(entry)
     token, back = processing.decode_log(entry, ("amount",))
     assert token == "tok"
-    assert back == [(i, k, {"amount": v["amount"]}, t) for i, k, v, t in records]
-    assert processing.decode_log(processing.encode_log("", [], ("amount",))) == ("", [])
-    assert processing.decode_log(processing.encode_log("t", records[:3])) == \
-        ("t", [(i, k, {}, t) for i, k, _v, t in records[:3]])
+    assert back.records() == [(i, k, {"amount": v["amount"]}, t) for i, k, v, t in records]
+    assert back.fields == {"amount": [v["amount"] for _i, _k, v, _t in records]}
+    token, back = processing.decode_log(processing.encode_log("", Decoded.of([], ("amount",)), ("amount",)))
+    assert (token, back.records()) == ("", [])
+    token, back = processing.decode_log(processing.encode_log("t", Decoded.of(records[:3])))
+    assert (token, back.records()) == ("t", [(i, k, {}, t) for i, k, _v, t in records[:3]])
     # an entry of a checkpoint written with other aggregations: named, not a KeyError deep in the replay
     with pytest.raises(RuntimeError, match=r"'note'.*other aggregations.*new checkpoint_dir"):
         processing.decode_log(entry, ("amount", "note"))
@@ -378,7 +381,7 @@ def test_log_entries_written_whole_by_an_older_version_still_replay(monkeypatch)
     state = DictTaskState()
     new_encode = processing.encode_log
     old_encode = lambda token, records, fields=(): processing._compress(  # noqa: E731
-        pickle.dumps((token, list(records)), protocol=5))
+        pickle.dumps((token, records.records()), protocol=5))
     rows = []
     for n, lo in enumerate(range(0, len(events), 100)):
         monkeypatch.setattr(processing, "encode_log", old_encode if n < 4 else new_encode)
