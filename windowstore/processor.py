@@ -76,11 +76,13 @@ def visibility_for(emit: EmitMode) -> Visibility:
 
 class _RecordStep:
     """:attr:`SlidingWindowProcessor.process`: :meth:`~SlidingWindowProcessor._process_fast` on a processor
-    that takes lazy runs (update mode, exact Count/Sum, no batch path), :meth:`~SlidingWindowProcessor._process_record`
-    on any other. Chosen when the attribute is read (a loop reads it once), not stored on the processor: a
-    bound method of the processor in its own ``__dict__`` would make it a reference cycle, which reference
-    counting cannot free. Processors hold a task's windows, and ``service.python_daemon`` relies on a dropped
-    one being freed at once (``tests/service/test_processing.py`` checks that task batches leave no cycles)."""
+    that takes lazy runs (update mode, exact Count/Sum, no batch path),
+    :meth:`~SlidingWindowProcessor._process_record` on any other.
+
+    Chosen when the attribute is read (a loop reads it once), not stored on the processor: a bound method of
+    the processor in its own ``__dict__`` would make it a reference cycle, which reference counting cannot
+    free. A processor holds a task's windows, and the service's Python workers rely on a dropped one being
+    freed at once (``service.python_daemon``; ``tests/windowstore/test_reference_cycles.py``)."""
 
     def __get__(self, proc: "SlidingWindowProcessor | None", cls: type | None = None) -> Callable[..., Any]:
         if proc is None:
