@@ -170,16 +170,24 @@ def service_query(spark, settings):
     return start_query(spark, settings, prepare(settings))
 
 
-def drain(query, total, timeout):
+def drain(query, total, timeout, poll_s=1.0):
+    """Wait until ``query`` has read ``total`` rows (or ``timeout`` s), stop it; its figures and every micro-batch's
+    progress report. ``recentProgress`` holds only the last ``spark.sql.streaming.numRecentProgressUpdates``
+    (100) reports, so they are collected by batch id as they come: summing only the reports still held never
+    reached ``total`` in a pass of more than 100 micro-batches, and the pass ran into the timeout."""
+    seen = {}
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
-        done = sum(p.numInputRows for p in query.recentProgress)
-        if done >= total:
+        for p in query.recentProgress:
+            seen[p.batchId] = p
+        if sum(p.numInputRows for p in seen.values()) >= total:
             break
         if query.exception() is not None:
             raise RuntimeError(str(query.exception()))
-        time.sleep(1)
-    progs = [p for p in query.recentProgress if p.numInputRows]
+        time.sleep(poll_s)
+    for p in query.recentProgress:
+        seen[p.batchId] = p
+    progs = [seen[b] for b in sorted(seen) if seen[b].numInputRows]
     query.stop()
     return {**summarize([progs]), "progress": progs}
 

@@ -108,3 +108,37 @@ def test_task_state_bench_times_batches_and_a_restart() -> None:
         assert cpu > 0 and restore_s >= 0 and 0 <= replayed < int(r[1]), r
     assert int(rows[0][-1]) == 0, run.stdout  # a snapshot every batch: nothing to replay
     assert int(rows[1][-1]) > 0, run.stdout  # every 4th: the restart replays the entries since the last one
+
+
+def test_service_bench_drain_counts_more_micro_batches_than_spark_keeps_reports_of() -> None:
+    """``recentProgress`` keeps the last 100 reports only; a 240-batch pass still ends when its rows are read."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("service_bench", ROOT / "bench" / "service_bench.py")
+    bench = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(bench)  # type: ignore[union-attr]
+
+    class Query:
+        """240 micro-batches of 50 rows, two per poll; Spark's rolling window of 100 reports."""
+
+        def __init__(self) -> None:
+            self.batches = 0
+            self.stopped = False
+
+        @property
+        def recentProgress(self) -> list:  # noqa: N802 - pyspark's name
+            self.batches = min(self.batches + 2, 240)
+            return [SimpleNamespace(batchId=b, numInputRows=50, durationMs={"triggerExecution": 1000})
+                    for b in range(max(0, self.batches - 100), self.batches)]
+
+        def exception(self) -> None:
+            return None
+
+        def stop(self) -> None:
+            self.stopped = True
+
+    q = Query()
+    r = bench.drain(q, 240 * 50, timeout=60, poll_s=0)
+    assert q.stopped and r["rows"] == 240 * 50 and r["batches"] == 240
+    assert [p.batchId for p in r["progress"]] == list(range(240))
