@@ -170,24 +170,28 @@ def service_query(spark, settings):
     return start_query(spark, settings, prepare(settings))
 
 
+def collect_progress(query, seen: dict) -> list:
+    """Add ``query``'s progress reports to ``seen`` (by batch id); the reports with input rows so far, in order.
+    ``recentProgress`` holds only the last ``spark.sql.streaming.numRecentProgressUpdates`` (100) reports, so a
+    run of more micro-batches than that is collected as it goes (at least once per 100 batches)."""
+    for p in query.recentProgress:
+        seen[p.batchId] = p
+    return [seen[b] for b in sorted(seen) if seen[b].numInputRows]
+
+
 def drain(query, total, timeout, poll_s=1.0):
     """Wait until ``query`` has read ``total`` rows (or ``timeout`` s), stop it; its figures and every micro-batch's
-    progress report. ``recentProgress`` holds only the last ``spark.sql.streaming.numRecentProgressUpdates``
-    (100) reports, so they are collected by batch id as they come: summing only the reports still held never
-    reached ``total`` in a pass of more than 100 micro-batches, and the pass ran into the timeout."""
-    seen = {}
+    progress report (:func:`collect_progress`: summing only the reports ``recentProgress`` still held never
+    reached ``total`` in a pass of more than 100 micro-batches, and the pass ran into the timeout)."""
+    seen: dict = {}
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
-        for p in query.recentProgress:
-            seen[p.batchId] = p
-        if sum(p.numInputRows for p in seen.values()) >= total:
+        if sum(p.numInputRows for p in collect_progress(query, seen)) >= total:
             break
         if query.exception() is not None:
             raise RuntimeError(str(query.exception()))
         time.sleep(poll_s)
-    for p in query.recentProgress:
-        seen[p.batchId] = p
-    progs = [seen[b] for b in sorted(seen) if seen[b].numInputRows]
+    progs = collect_progress(query, seen)
     query.stop()
     return {**summarize([progs]), "progress": progs}
 
@@ -450,9 +454,12 @@ def main() -> int:
             prod = LiveProducer(bootstrap, ltopic, latency_rate, args.keys, args.grace, args.ooo,
                                 args.latency_seconds)
             prod.start()
-            prod.join()
+            seen: dict = {}
+            while prod.is_alive():
+                collect_progress(q, seen)
+                prod.join(timeout=5)
             time.sleep(10)
-            progs = [p for p in q.recentProgress if p.numInputRows]
+            progs = collect_progress(q, seen)
             q.stop()
             print_batches(progs)
             lat[name] = latencies(bootstrap, out_topic, prod.start_ms + 15_000, prod.start_ms + args.td,
