@@ -38,7 +38,7 @@ class BetweenTasks:
     unfreezes and runs the full collection pyspark runs every time. Everything else is the ``gc`` module's.
 
     Why: a worker holds its tasks' windows between batches (:mod:`service.processing`'s cache), tens of
-    thousands of objects per task, and a full collection walks all of them: 50-130 ms after every task with
+    thousands of objects per task, and a full collection walks all of them: 65-123 ms after every task with
     the windows full, plus the collector's own full collections, which the batches' turnover of those objects
     keeps triggering. Frozen objects are skipped by every collection and still freed by reference counting
     when a batch replaces them; only a reference cycle among them would wait for the next full collection.
