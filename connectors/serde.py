@@ -25,15 +25,19 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 import json
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from .avro import WireFormatError, decode_body, split_wire
 from .schema_registry import UnknownSchemaError, registry_for
 
 __all__ = [
     "BadRecord",
+    "Decoded",
     "InputSpec",
     "InputDecoder",
     "REASONS",
@@ -108,6 +112,44 @@ def loads_json_objects(values: Sequence[Any]) -> list[Any]:
             continue
         out[i] = obj
     return out
+
+
+class Decoded(NamedTuple):
+    """A micro-batch's valid records as columns, in input order: made once (:meth:`InputDecoder.decode_columns`,
+    :meth:`of`), read by the processor, the batch's stats and its log entry."""
+
+    #: each record's position in the task's input
+    index: list[int]
+    keys: list[Any]
+    #: the decoded values: the processor's fallbacks and drop reports get these very objects
+    values: list[Any]
+    #: event times (int64)
+    ts: np.ndarray
+    #: per value field the aggregations read, the records' values of it
+    fields: dict[str, list[Any]]
+
+    @classmethod
+    def of(cls, records: Sequence[tuple[int, Any, Any, int]], fields: Sequence[str] = ()) -> "Decoded":
+        """From the decoder's ``(index, key, value, ts)`` records; ``fields``: the value fields to take out."""
+        if not records:
+            return cls([], [], [], np.zeros(0, np.int64), {f: [] for f in fields})
+        index, keys, values, ts = zip(*records)
+        return cls(list(index), list(keys), list(values), np.array(ts, np.int64),
+                   {f: list(map(operator.itemgetter(f), values)) for f in fields})
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def records(self) -> list[tuple[int, Any, Any, int]]:
+        """The records again, as :meth:`of` takes them."""
+        return list(zip(self.index, self.keys, self.values, self.ts.tolist()))
+
+
+class _Absent:
+    """Stands for a missing field in a column (its type marks the column)."""
+
+
+_ABSENT = _Absent()
 
 
 class BadRecord(ValueError):
@@ -275,3 +317,91 @@ class InputDecoder:
             else:
                 good.append((i, kk, vv, tt))
         return good, bad
+
+    def decode_columns(
+        self,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int | None],
+        fields: Sequence[str] = (),
+    ) -> tuple[Decoded, list[tuple[int, str, str]]]:
+        """:meth:`decode_batch` as columns: ``(Decoded.of(good, fields), bad)``, the same values.
+
+        A JSON batch whose records are all good (the usual case) is checked a column at a time: every value
+        parsed to an object, the keys decoded as one UTF-8 text, the event times as one int64 array, each
+        aggregated field's types as one set. Any batch with a bad record, and every Avro batch, takes
+        :meth:`decode_batch` (record by record, with each bad record's reason)."""
+        good = self._all_good_json(keys, values, timestamps, fields) if self.spec.format == "json" else None
+        if good is not None:
+            return good, []
+        records, bad = self.decode_batch(keys, values, timestamps)
+        return Decoded.of(records, fields), bad
+
+    def _all_good_json(
+        self,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int | None],
+        fields: Sequence[str],
+    ) -> Decoded | None:
+        """The batch as :meth:`decode_columns` gives it when every record is good; ``None`` when one may not be
+        (it is not decided here which, nor why)."""
+        n = len(values)
+        if not n or len(keys) != n or len(timestamps) != n:
+            return None
+        objs = loads_json_objects(values)  # None for a value that is not a JSON object text
+        if set(map(type, objs)) != {dict}:
+            return None
+        spec = self.spec
+        if spec.key_field:
+            ks = [o.get(spec.key_field) for o in objs]
+            if set(map(type, ks)) != {str}:  # int keys become str on the record path: left to it
+                return None
+        else:
+            ks = _utf8_texts(keys)
+            if ks is None:
+                return None
+        if spec.timestamp_field:
+            stamps = [o.get(spec.timestamp_field) for o in objs]
+            if set(map(type, stamps)) != {int}:
+                return None
+            ts = _int64_or_none(stamps)
+        else:
+            ts = _int64_or_none(timestamps)
+        if ts is None or int(ts.min()) < 0:
+            return None
+        cols: dict[str, list[Any]] = {}
+        for name, numeric in spec.fields:
+            col = [o.get(name, _ABSENT) for o in objs]
+            kinds = set(map(type, col))
+            if _Absent in kinds or (numeric and not kinds <= {int, float}):  # bool is neither (JSON: no Decimal)
+                return None
+            cols[name] = col
+        return Decoded(list(range(n)), ks, objs, ts,
+                       {f: cols[f] if f in cols else list(map(operator.itemgetter(f), objs)) for f in fields})
+
+
+def _utf8_texts(keys: Sequence[Any]) -> list[str] | None:
+    """Every key decoded from UTF-8 (strict), as one text joined and split at NUL bytes; ``None`` when a key
+    is not ``bytes``, contains a NUL byte or is not UTF-8. A UTF-8 sequence cannot span a NUL byte, so the joined
+    text decodes exactly when every key does."""
+    if set(map(type, keys)) != {bytes}:
+        return None
+    try:
+        parts = b"\x00".join(keys).decode("utf-8").split("\x00")
+    except UnicodeDecodeError:
+        return None
+    return parts if len(parts) == len(keys) else None
+
+
+def _int64_or_none(values: Sequence[Any]) -> np.ndarray | None:
+    """``values`` as int64 when all are integers within int64 (not bools, not None); else ``None``."""
+    try:
+        arr = np.asarray(values)
+    except OverflowError:
+        return None
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":  # object (None, huge ints), bool, float: not here
+        return None
+    if arr.dtype.kind == "u" and len(arr) and int(arr.max()) >= 1 << 63:
+        return None
+    return arr.astype(np.int64, copy=False)

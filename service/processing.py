@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import operator
 import pickle
 import threading
 import time
@@ -28,7 +27,7 @@ from typing import Any, Concatenate, NamedTuple, ParamSpec
 import numpy as np
 
 from connectors.output import ChangelogEncoder, ChangelogSpec
-from connectors.serde import InputDecoder, InputSpec
+from connectors.serde import Decoded, InputDecoder, InputSpec
 from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations
 from service import spool
 from service.metrics import LATENCY_BUCKETS_MS, LATENESS_BUCKETS_MS
@@ -141,37 +140,6 @@ class TaskStats:
         self.values[name] = v
 
 
-class Decoded(NamedTuple):
-    """A micro-batch's valid records as columns, in input order: made once (:meth:`of`), read by the processor,
-    the batch's stats and its log entry (each took its own pass over the records before)."""
-
-    #: each record's position in the task's input
-    index: list[int]
-    keys: list[Any]
-    #: the decoded values: the processor's fallbacks and drop reports get these very objects
-    values: list[Any]
-    #: event times (int64)
-    ts: np.ndarray
-    #: per value field the aggregations read, the records' values of it
-    fields: dict[str, list[Any]]
-
-    @classmethod
-    def of(cls, records: Sequence[tuple[int, Any, Any, int]], fields: Sequence[str] = ()) -> "Decoded":
-        """From the decoder's ``(index, key, value, ts)`` records; ``fields``: the value fields to take out."""
-        if not records:
-            return cls([], [], [], np.zeros(0, np.int64), {f: [] for f in fields})
-        index, keys, values, ts = zip(*records)
-        return cls(list(index), list(keys), list(values), np.array(ts, np.int64),
-                   {f: list(map(operator.itemgetter(f), values)) for f in fields})
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def records(self) -> list[tuple[int, Any, Any, int]]:
-        """The records again, as :meth:`of` takes them."""
-        return list(zip(self.index, self.keys, self.values, self.ts.tolist()))
-
-
 @dataclass
 class TaskOutput:
     """Output rows of one task batch: first the rows with headers (dead letters, late records) as parallel
@@ -250,8 +218,7 @@ class TaskRunner:
         n = len(offsets)
         stats["records"] = n
         stats["max_offset"] = int(offsets[-1]) if n else -1
-        good_records, bad = self.decoder.decode_batch(keys, values, timestamps)
-        good = Decoded.of(good_records, cfg.value_fields)
+        good, bad = self.decoder.decode_columns(keys, values, timestamps, cfg.value_fields)
 
         ps = proc.stats
         created0, updated0, skipped0 = ps.windows_created, ps.windows_updated, ps.skipped_windows

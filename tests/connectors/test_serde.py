@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import struct
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -311,3 +312,65 @@ def test_decode_batch_is_decode_record_by_record(records, timestamp_field):
             expected_good.append((i, kk, json.dumps(vv, sort_keys=True), tt))
     assert bad == expected_bad
     assert [(i, k, json.dumps(v, sort_keys=True), t) for i, k, v, t in good] == expected_good
+
+
+# a record that is usually good: mostly valid keys, values and times, with now and then one of each kind of flaw
+_GOOD_KEY = st.one_of(st.just(b"acct-1"), st.text(max_size=3).map(lambda t: t.encode("utf-8", "surrogatepass")))
+_COLUMN_RECORD = st.tuples(
+    st.one_of(_GOOD_KEY, _GOOD_KEY, _GOOD_KEY, st.none(), st.sampled_from([b"\xff", b"a\x00b", b"\xe2\x82"])),
+    st.one_of(
+        st.builds(lambda a, note, k, t: json.dumps({"amount": a, "note": note, "k": k, "t": t}).encode(),
+                  st.one_of(st.integers(-5, 5), st.floats(allow_nan=False), st.integers(-5, 5)),
+                  st.one_of(st.text(max_size=2), st.none(), st.lists(st.integers(), max_size=2)),
+                  st.one_of(st.just("acct-2"), st.just("acct-2"), st.integers(0, 3), st.none()),
+                  st.one_of(st.integers(0, 10**13), st.integers(0, 10**13), st.just(-1), st.just(True))),
+        st.sampled_from([b'{"amount": true, "note": 1, "k": "x", "t": 1}', b'{"note": 1, "k": "x", "t": 1}',
+                         b'{"amount": 1, "k": "x", "t": 1}', b'[1]', b'{"amount": 1', None, b'\xff']),
+    ),
+    st.one_of(st.integers(0, 10**13), st.integers(0, 10**13), st.none(), st.just(-3), st.just(True)),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_COLUMN_RECORD, max_size=8), st.sampled_from(["", "k"]), st.sampled_from(["", "t"]),
+       st.booleans())
+def test_decode_columns_is_decode_batch_as_columns(records, key_field, timestamp_field, all_good_only):
+    from connectors.serde import Decoded
+
+    dec = InputDecoder(InputSpec(format="json", key_field=key_field, timestamp_field=timestamp_field,
+                                 fields=(("amount", True), ("note", False))))
+    if all_good_only:  # the column check's own case: keep only the records decode() accepts
+        records = [r for r in records if _good(dec, *r)]
+    keys, values, timestamps = (list(c) for c in zip(*records)) if records else ([], [], [])
+    got, bad = dec.decode_columns(keys, values, timestamps, ("amount", "note"))
+    good_records, expected_bad = dec.decode_batch(keys, values, timestamps)
+    expected = Decoded.of(good_records, ("amount", "note"))
+    assert bad == expected_bad
+    assert (got.index, got.keys, got.ts.dtype, got.ts.tolist()) == (expected.index, expected.keys, np.int64,
+                                                                      expected.ts.tolist())
+    assert json.dumps([got.values, got.fields]) == json.dumps([expected.values, expected.fields])
+    assert [type(v) for v in got.fields["amount"]] == [type(v) for v in expected.fields["amount"]]
+
+
+def _good(dec, k, v, t) -> bool:
+    try:
+        dec.decode(k, v, t)
+    except BadRecord:
+        return False
+    return True
+
+
+def test_decode_columns_takes_the_column_check_for_an_all_good_json_batch(monkeypatch):
+    dec = InputDecoder(spec())
+    monkeypatch.setattr(dec, "decode_batch", lambda *a: pytest.fail("took the record path"))
+    got, bad = dec.decode_columns([b"a", b"b\xc3\xa9"], [b'{"amount": 1}', b'{"amount": 2.5}'], [5, 6], ("amount",))
+    assert bad == [] and got.keys == ["a", "b\u00e9"] and got.ts.tolist() == [5, 6]
+    assert got.fields == {"amount": [1, 2.5]} and got.index == [0, 1]
+
+
+@pytest.mark.parametrize("stamps", [[1, None], [1, -1], [1.0, 2.0], [True, 2]])
+def test_decode_columns_leaves_timestamps_it_cannot_take_whole_to_the_record_path(stamps):
+    dec = InputDecoder(spec())
+    got, bad = dec.decode_columns([b"a", b"b"], [b'{"amount": 1}'] * 2, stamps, ("amount",))
+    expected_good, expected_bad = dec.decode_batch([b"a", b"b"], [b'{"amount": 1}'] * 2, stamps)
+    assert bad == expected_bad and got.ts.tolist() == [t for _, _, _, t in expected_good]
