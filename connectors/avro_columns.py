@@ -59,21 +59,27 @@ def constant(data: bytes) -> Piece:
 def longs(values: np.ndarray) -> Piece:
     """Avro longs (zig-zag varints, 1-10 bytes) of an int64 column; the full int64 range."""
     v = np.asarray(values, _I64)
+    if not len(v):
+        return Piece(np.empty((0, 0), _U8), None)
     z = (v.view(_U64) << _U64(1)) ^ (v >> 63).view(_U64)
-    lengths = np.ones(len(v), _I64)
-    rest = z >> _U64(7)
-    while True:
-        more = rest != 0
-        if not more.any():
-            break
-        lengths += more
-        rest >>= _U64(7)
-    width = int(lengths.max()) if len(v) else 0
+    width = _groups(int(z.max()))
+    lengths = None
+    if _groups(int(z.min())) != width:  # e.g. counts of 1 and 2 bytes (timestamps of one era: all 6)
+        lengths = np.ones(len(v), _I64)
+        for k in range(1, width):
+            lengths += z >= _U64(1 << (7 * k))
     data = np.empty((len(v), width), _U8)
     for i in range(width):
-        seven = ((z >> _U64(7 * i)) & _U64(0x7F)).astype(_U8)
-        data[:, i] = seven | ((lengths > i + 1).astype(_U8) << 7)
-    return Piece(data, _unless_uniform(lengths, width))
+        seven = (z >> _U64(7 * i)).astype(_U8) & _U8(0x7F)  # the cast keeps the low 8 bits
+        if i + 1 < width:  # "more follows" where the row has a byte after this one
+            seven |= _U8(0x80) if lengths is None else (lengths > i + 1).view(_U8) << _U8(7)
+        data[:, i] = seven
+    return Piece(data, lengths)
+
+
+def _groups(z: int) -> int:
+    """How many 7-bit groups the varint of ``z`` (>= 0) has."""
+    return max(1, (z.bit_length() + 6) // 7)
 
 
 def _unless_uniform(lengths: np.ndarray, width: int) -> np.ndarray | None:
@@ -122,27 +128,48 @@ def encode_rows(n: int, pieces: Sequence[Piece]) -> RowBlock:
                         <------- w0 ----------->  <----- w1 ----->  <------- w2 ----------->
         used bytes, row by row:  | row 0 | row 1 | ... | row n-1 |   one buffer: the RowBlock's data
 
-    Only pieces whose rows differ in length (``lengths`` set) need a mask; when there are none every row is
-    ``w0 + w1 + ...`` bytes and the padded matrix already is the buffer.
+    The padded matrix starts as a template row with every constant piece in place; each other piece is then
+    copied in as one field of a structured dtype (one ``V<w>`` item per row, not ``w`` byte columns). Only
+    pieces whose rows differ in length (``lengths`` set) need the mask of used bytes; when there are none every
+    row is ``w0 + w1 + ...`` bytes and the padded matrix already is the buffer.
     """
     if n == 0:
         return RowBlock(b"", np.empty(0, _I64))
     width = sum(p.data.shape[1] for p in pieces)
-    padded = np.empty((n, width), _U8)
-    varying = []
+    template = np.zeros(width, _U8)
+    names: list[str] = []
+    offsets: list[int] = []
+    formats: list[str] = []
+    fills: list[np.ndarray] = []
+    varying: list[tuple[str, int, np.ndarray]] = []
     at = 0
     for p in pieces:
         w = p.data.shape[1]
-        padded[:, at:at + w] = p.data  # a constant's one row is broadcast
-        if p.lengths is not None:
-            varying.append((at, w, p.lengths))
+        if w and p.data.shape[0] == 1 and p.lengths is None:
+            template[at:at + w] = p.data[0]
+        elif w:
+            name = f"f{len(names)}"
+            names.append(name)
+            offsets.append(at)
+            formats.append(f"V{w}")
+            fills.append(np.ascontiguousarray(p.data).view(f"V{w}").reshape(-1))  # one item per row (or 1)
+            if p.lengths is not None:
+                varying.append((name, w, p.lengths))
         at += w
+    fields = np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": width})
+    padded = np.empty((n, width), _U8)
+    padded[:] = template
+    rows = padded.view(fields).reshape(n)
+    for name, fill in zip(names, fills):
+        rows[name] = fill  # a varying piece's one row is broadcast
     if not varying:
         return RowBlock.uniform(padded.tobytes(), width)
     used = np.ones((n, width), bool)
+    used_rows = used.view(fields).reshape(n)
     lengths = np.full(n, width, _I64)
-    for at, w, piece_lengths in varying:
-        used[:, at:at + w] = np.arange(w) < piece_lengths[:, None]
+    for name, w, piece_lengths in varying:
+        masks = (np.arange(w) < np.arange(w + 1)[:, None]).view(f"V{w}").reshape(-1)  # masks[L]: first L used
+        used_rows[name] = masks[piece_lengths]
         lengths -= w - piece_lengths
     # the used bytes in row-major order are the rows back to back
     return RowBlock(padded[used].tobytes(), np.cumsum(lengths))
