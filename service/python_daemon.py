@@ -6,17 +6,23 @@ only after the fork (pandas and pyarrow start threads on import). So this daemon
 child runs after the fork (``pyspark.daemon.worker``): it installs the input path there, then runs pyspark's.
 
 It also changes what the forked worker does between two tasks (:class:`BetweenTasks`): pyspark's daemon runs
-a full ``gc.collect()`` there, which walks every object the worker holds, the cached windows included.
+a full ``gc.collect()`` there, which walks every object the worker holds, the cached windows included. And
+before it forks any worker it sets how the workers get memory (:func:`keep_memory`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import logging
+import os
 from typing import Any
 
 import pyspark.daemon as _daemon
 
-__all__ = ["MODULE", "worker", "BetweenTasks"]
+__all__ = ["MODULE", "worker", "BetweenTasks", "keep_memory"]
+
+logger = logging.getLogger(__name__)
 
 #: the value of ``spark.python.daemon.module`` that selects this daemon
 MODULE = __name__
@@ -72,8 +78,51 @@ class BetweenTasks:
         return getattr(gc, name)
 
 
+#: glibc's ``mallopt`` parameters (``malloc.h``)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+#: blocks up to this size come from the heap, not from a mapping of their own (glibc's largest on 64-bit)
+MMAP_THRESHOLD = 32 << 20
+#: free memory at the top of the heap kept for the next task batch before the rest is given back
+TRIM_THRESHOLD = 256 << 20
+
+
+def keep_memory() -> list[str]:
+    """Let the workers forked after this call reuse their memory from one task batch to the next; returns what
+    was set (``"numpy"``, ``"malloc"``). Call it in the daemon before the first fork.
+
+    A task batch with the windows full allocates and frees tens of megabytes of arrays (the window engine's
+    matrices of all keys, the changelog's columns). On this machine's VM a page the process touches for the first
+    time costs ~2-8 us (a fault, the host backing it), so memory handed back to the system and mapped again for
+    the next batch costs more than the work done in it:
+
+    * glibc serves a block over its mmap threshold with a mapping of its own and unmaps it on ``free``; its
+      threshold adapts upwards only as far as the largest block freed so far. Fixed at :data:`MMAP_THRESHOLD`,
+      the arrays come from the heap and are reused; heap memory beyond :data:`TRIM_THRESHOLD` free at its top
+      is still given back.
+    * numpy asks the kernel for transparent huge pages on arrays of 4 MB and more (``madvise``); with this
+      kernel's ``defrag=madvise`` a fault there may compact memory first. ``NUMPY_MADVISE_HUGEPAGE=0`` (unless
+      set already) turns that off; numpy reads it when the worker imports it.
+
+    ``bench/task_batch_bench.py`` in-process, with the windows full: 117-121 ms per task batch without, 108-115
+    with both (bench/RESULTS.md). Where ``mallopt`` is missing (not glibc) only the numpy part applies."""
+    done = []
+    os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
+    if os.environ["NUMPY_MADVISE_HUGEPAGE"] == "0":
+        done.append("numpy")
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        logger.debug("no mallopt here: the allocator keeps its own thresholds")
+        return done
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    if mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1:
+        done.append("malloc")
+    return done
+
+
 _daemon.worker = worker
 _daemon.gc = BetweenTasks()  # the daemon's only use of gc: ``gc.collect()`` in the child between tasks
 
 if __name__ == "__main__":
+    keep_memory()
     _daemon.manager()

@@ -41,6 +41,7 @@ not match R3 on the range the batch reads.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -103,13 +104,21 @@ class Cols:
     @classmethod
     def of(cls, m: np.ndarray, kinds: tuple[str | None, ...]) -> "Cols":
         """The columns held in the rows of ``m`` (see :attr:`stacked`); ``kinds``: per part, ``None`` (count),
-        ``"i"`` (int64) or ``"f"`` (float64)."""
+        ``"i"`` (int64) or ``"f"`` (float64). The column attributes are made when first read: a batch stores
+        every key of it this way, and most are next read as :attr:`stacked` only."""
         c = cls.__new__(cls)
-        c.starts, c.ts, c.counts = m[0], m[1], m[2]
-        c.parts = _rows(m, 3, kinds)
         c.kinds = kinds
         c._m = m
         return c
+
+    def __getattr__(self, name: str) -> Any:
+        # only for an unset slot: the column views of a Cols made by :meth:`of`
+        if name not in ("starts", "ts", "counts", "parts"):
+            raise AttributeError(name)
+        m = self._m
+        self.starts, self.ts, self.counts = m[0], m[1], m[2]
+        self.parts = _rows(m, 3, self.kinds)
+        return getattr(self, name)
 
     @property
     def stacked(self) -> np.ndarray:
@@ -120,7 +129,8 @@ class Cols:
         return m
 
     def __len__(self) -> int:
-        return len(self.starts)
+        m = self._m
+        return len(self.starts) if m is None else m.shape[1]
 
     def take(self, sel: Any) -> "Cols":
         return Cols.of(self.stacked[:, sel], self.kinds)
@@ -272,9 +282,10 @@ def _trim(kw: "KeyWindows", bound: int) -> int:
     if len(kw.raw_ts) and kw.raw_ts[0] < bound:
         j = int(kw.raw_ts.searchsorted(bound))
         set_raw(kw, raw_matrix(kw)[:, j:], _kinds(kw.raw_cols))
-    c = kw.cols
-    if len(c) and c.starts[0] < bound:
-        j = int(c.starts.searchsorted(bound))
+    m = kw.cols.stacked  # row 0: the starts (read from the matrix: no column views made for the check)
+    if m.shape[1] and m[0, 0] < bound:
+        c = kw.cols
+        j = int(m[0].searchsorted(bound))
         kw.cols = c.take(slice(j, None))
         return j
     return 0
@@ -360,18 +371,42 @@ _MAX_KEYS = 1 << (63 - _SHIFT)  # keys per batch on that axis
 _MAX_RECORDS = 1 << 31  # arrival indexes are int32
 
 
+_scratch_space = threading.local()
+
+#: the scratch buffers of a batch (:func:`_scratch`)
+_OLD_RAW, _OLD_WIN, _SPLICE = 0, 1, 2
+
+
+def _scratch(slot: int, rows: int, cols: int) -> np.ndarray:
+    """A C-contiguous int64 ``(rows, cols)`` matrix in this thread's scratch buffer ``slot``, for the matrices
+    a batch builds and drops (all keys' stored columns side by side: tens of megabytes with the windows full).
+    The buffer is kept from batch to batch: memory a process touches for the first time costs a page fault
+    per 4 KB (~2-8 us on the project's VM, bench/RESULTS.md), which made a fresh ``concatenate`` and ``take``
+    of these matrices 5-7 times slower than the copying itself. Valid until the next call for the same slot
+    in the same thread: nothing made from it may outlive the batch (the stored columns never view it)."""
+    bufs = getattr(_scratch_space, "bufs", None)
+    if bufs is None:
+        bufs = _scratch_space.bufs = {}
+    need = rows * cols
+    buf = bufs.get(slot)
+    if buf is None or len(buf) < need:
+        buf = bufs[slot] = np.empty(max(need, 0 if buf is None else len(buf) * 5 // 4), _I64)
+    return buf[:need].reshape(rows, cols)
+
+
 class _Stored(NamedTuple):
     """The stored columns of all keys of a batch as one matrix (key ``k``'s are ``m[:, off[k]:off[k + 1]]``;
-    :attr:`Cols.stacked` or :func:`raw_matrix` rows), with their first row on the ``k * _OFF + ts`` axis."""
+    :attr:`Cols.stacked` or :func:`raw_matrix` rows), with their first row on the ``k * _OFF + ts`` axis.
+    ``m`` is scratch (:func:`_scratch`): read during the batch, never stored."""
 
     m: np.ndarray
     off: np.ndarray  #: K + 1 column offsets
     at: np.ndarray  #: ``m[0]`` + ``k * _OFF`` (ascending)
 
     @classmethod
-    def of(cls, mats: list[np.ndarray], offs: np.ndarray) -> "_Stored":
+    def of(cls, mats: list[np.ndarray], offs: np.ndarray, slot: int) -> "_Stored":
         n = np.fromiter((x.shape[1] for x in mats), _I64, len(mats))
-        m = np.concatenate(mats, axis=1)
+        m = np.concatenate(mats, axis=1, out=_scratch(slot, mats[0].shape[0], int(n.sum())))
         return cls(m, np.concatenate([[0], np.cumsum(n)]), m[0] + np.repeat(offs, n))
 
     def first_at_or_above(self, offs: np.ndarray, local: np.ndarray | int) -> np.ndarray:
@@ -444,8 +479,8 @@ def _kernel(
     cut_abs = new_t[np.searchsorted(new_t, offs)] - td - 1  # every key has a record in the batch
     cut = cut_abs - offs
     # every key's stored raw records and windows in one matrix each: the suffixes are index ranges, not K slices
-    old_raw = _Stored.of([raw_matrix(kw) for kw in kws], offs)
-    old_win = _Stored.of([kw.cols.stacked for kw in kws], offs)
+    old_raw = _Stored.of([raw_matrix(kw) for kw in kws], offs, _OLD_RAW)
+    old_win = _Stored.of([kw.cols.stacked for kw in kws], offs, _OLD_WIN)
     raw_j = old_raw.first_at_or_above(offs, cut - 1)
     col_j = old_win.first_at_or_above(offs, cut)
     in_suffix = old_raw.suffixes(raw_j)
@@ -611,7 +646,8 @@ def _spliced(
         return out, out_off.tolist(), dropped
     # key by key, old columns h[k]... (head[k] of them), then new columns t[k]... (tail[k]), from the two side by side
     src = _ranges(np.stack([h, old.m.shape[1] + t], axis=1).ravel(), np.stack([head, tail], axis=1).ravel())
-    out = np.concatenate([old.m, new], axis=1).take(src, axis=1)
+    both = np.concatenate([old.m, new], axis=1, out=_scratch(_SPLICE, len(new), old.m.shape[1] + new.shape[1]))
+    out = both.take(src, axis=1)
     return out, out_off.tolist(), dropped
 
 

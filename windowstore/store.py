@@ -108,7 +108,7 @@ class KeyWindows:
         self._entries = entries
 
     def __len__(self) -> int:
-        return len(self.starts) if self.cols is None else len(self.cols.starts)
+        return len(self.starts) if self.cols is None else len(self.cols)
 
     def settle(self) -> None:
         """End the lazy run: every window of the run gets its real values (and record-cache stamp) back."""

@@ -280,3 +280,35 @@ def test_a_batch_of_more_than_16384_records_flushes_in_record_order():
         by_record = run(recs, 40, 10, len(recs), make_agg, False)
         assert by_batch[2] == 1
         assert by_batch[0] == by_record[0]
+
+
+def test_stored_columns_never_view_the_batch_scratch_buffers():
+    """The all-keys matrices of a batch live in reused scratch buffers; a key's stored windows and raw records
+    must be copies, or the next batch would overwrite them."""
+    import threading
+
+    import numpy as np
+
+    from windowstore import batch as batch_module
+
+    rng = random.Random(7)
+    proc = SlidingWindowProcessor(SlidingWindows(50, 10), Sum(), "update", batch=True)
+    reference = SlidingWindowProcessor(SlidingWindows(50, 10), Sum(), "update", batch=False)
+    for b in range(6):
+        chunk = [(f"k{rng.randrange(5)}", rng.randint(1, 9), b * 40 + i // 3) for i in range(90)]
+        assert proc.process_batch(chunk)
+        for r in chunk:
+            reference.process(*r)
+        assert proc.flush() == reference.flush()
+        buffers = batch_module._scratch_space.bufs.values()
+        for kw in proc.store.keys.values():
+            for m in (kw.cols.stacked, kw.raw2d):
+                assert not any(np.shares_memory(m, buf) for buf in buffers)
+
+    # one buffer per thread: a replay in another thread does not share them
+    other = {}
+    t = threading.Thread(target=lambda: other.update(m=batch_module._scratch(0, 2, 3)))
+    t.start()
+    t.join()
+    assert not np.shares_memory(other["m"], batch_module._scratch(0, 2, 3))
+    assert batch_module._scratch(1, 4, 5).shape == (4, 5) and batch_module._scratch(1, 4, 5).flags["C_CONTIGUOUS"]
