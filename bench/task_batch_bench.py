@@ -1,6 +1,6 @@
 """One task's micro-batch without Spark or Kafka, with the windows full: CPU per batch, this tree against a revision.
 
-    .venv/bin/python bench/task_batch_bench.py [--against REV] [--rounds N] [--batches N]
+    .venv/bin/python bench/task_batch_bench.py [--against REV] [--keep-memory] [--rounds N] [--batches N]
 
 The shape of ``bench/service_bench.py``'s windows-full pass, for one of its four tasks: 2,500 keys, 12,500
 JSON records per micro-batch (2,000 records per second of event time, 5% out of order by up to the grace), 60 s
@@ -10,7 +10,10 @@ state (decode, window engine, changelog encoding, log entry or snapshot; no prod
 milliseconds per batch: all of it, and the window engine's part (``SlidingWindowProcessor.process_columns``).
 
 With ``--against REV`` the same runs are made in a temporary git worktree of that revision, alternating with
-this tree's, each in a fresh process, and the table gives both and their ratio (best round of each).
+this tree's, each in a fresh process, and the table gives both and their ratio (best round of each). With
+``--keep-memory`` this tree also runs after ``service.python_daemon.keep_memory()``, the memory policy Spark's
+Python workers get from the daemon before they fork (this process is not forked from it: without the flag it
+runs with the allocators' defaults).
 """
 
 from __future__ import annotations
@@ -82,9 +85,10 @@ def measure(fill: int, batches: int) -> dict[str, float]:
     return {"ms": total / batches * 1e3, "engine_ms": engine[0] / batches * 1e3, "rows": rows / batches}
 
 
-def run_in(tree: Path, fill: int, batches: int) -> dict[str, float]:
+def run_in(tree: Path, fill: int, batches: int, keep_memory: bool = False) -> dict[str, float]:
     code = (f"import sys, json; sys.path.insert(0, {str(tree)!r}); sys.path.insert(1, {str(ROOT / 'bench')!r}); "
-            f"import task_batch_bench as b; print(json.dumps(b.measure({fill}, {batches})))")
+            + ("from service.python_daemon import keep_memory; keep_memory(); " if keep_memory else "")
+            + f"import task_batch_bench as b; print(json.dumps(b.measure({fill}, {batches})))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tree, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -95,19 +99,23 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="fresh processes per tree (alternating)")
     ap.add_argument("--batches", type=int, default=16, help="measured batches per round")
     ap.add_argument("--fill", type=int, default=14, help="batches before measuring (14: the windows are full)")
+    ap.add_argument("--keep-memory", action="store_true",
+                    help="also run this tree with the Python workers' memory policy (service.python_daemon)")
     args = ap.parse_args()
-    trees = {"this tree": ROOT}
+    trees: dict[str, tuple[Path, bool]] = {"this tree": (ROOT, False)}
+    if args.keep_memory:
+        trees["this tree + keep_memory"] = (ROOT, True)
     tmp = None
     if args.against:
         tmp = Path(tempfile.mkdtemp(prefix="task-batch-bench-")) / "tree"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tmp), args.against], check=True,
                        capture_output=True)
-        trees[args.against] = tmp
+        trees[args.against] = (tmp, False)
     try:
         best: dict[str, dict[str, float]] = {}
         for r in range(args.rounds):
-            for name, tree in trees.items():
-                got = run_in(tree, args.fill, args.batches)
+            for name, (tree, keep) in trees.items():
+                got = run_in(tree, args.fill, args.batches, keep)
                 print(f"round {r + 1} {name}: {got['ms']:.1f} ms per batch, engine {got['engine_ms']:.1f} ms, "
                       f"{got['rows']:.0f} changelog rows", flush=True)
                 if name not in best or got["ms"] < best[name]["ms"]:
@@ -120,9 +128,11 @@ def main() -> int:
     print("|---|---:|---:|---:|")
     for name, got in best.items():
         print(f"| {name} | {got['ms']:.1f} | {got['engine_ms']:.1f} | {got['rows']:.0f} |")
-    if args.against:
-        a, b = best["this tree"], best[args.against]
-        print(f"\nthis tree / {args.against}: {a['ms'] / b['ms']:.2f} of the CPU per batch, "
+    pairs = [(n, "this tree") for n in best if n.startswith("this tree +")]
+    pairs += [("this tree", args.against)] if args.against else []
+    for a_name, b_name in pairs:
+        a, b = best[a_name], best[b_name]
+        print(f"\n{a_name} / {b_name}: {a['ms'] / b['ms']:.2f} of the CPU per batch, "
               f"window engine {a['engine_ms'] / b['engine_ms']:.2f}")
     return 0
 

@@ -65,15 +65,15 @@ def test_task_batch_bench_compares_two_trees() -> None:
     """Both trees run one task batch after one filling batch and the table gives their ratio (HEAD: a worktree)."""
     run = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "task_batch_bench.py"), "--rounds", "1", "--batches", "1", "--fill", "1",
-         "--against", "HEAD"],
+         "--against", "HEAD", "--keep-memory"],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
     )
     assert run.returncode == 0, run.stderr
     rows = [line.split("|")[1:-1] for line in run.stdout.splitlines() if line.startswith(("| this tree", "| HEAD"))]
-    assert len(rows) == 2, run.stdout
+    assert len(rows) == 3, run.stdout  # this tree, this tree + keep_memory, HEAD
     for _name, ms, engine_ms, changelog_rows in rows:
         assert float(ms) > float(engine_ms) > 0 and int(changelog_rows) > 0, rows
-    assert "this tree / HEAD:" in run.stdout
+    assert "this tree / HEAD:" in run.stdout and "this tree + keep_memory / this tree:" in run.stdout
     listed = subprocess.run(["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True).stdout
     assert "task-batch-bench-" not in listed  # the worktree is gone
 
