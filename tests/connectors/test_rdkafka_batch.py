@@ -53,6 +53,7 @@ def test_rows_arrive_in_order_on_the_java_partition(kafka_bootstrap, make_topic,
             p.send_rows(topic, keys, values)
         p.send_rows(topic, [], [])
         assert p._batches is not None and p._producer is None  # only the block producer was needed
+        assert p._batches.partition_count(topic) == 3  # so the rows were put in their partitions here
         assert p.wait() == n
     finally:
         p.close()
@@ -126,3 +127,29 @@ def test_keys_and_values_must_pair_up():
             b.send("t", RowBlock.of([b"k"]), RowBlock(b"ab", np.array([1, 2])))
     finally:
         b.close()
+
+
+def test_rows_go_to_librdkafkas_partitioner_without_kafkas_default_one_or_a_partition_count(monkeypatch):
+    import time
+
+    def not_here(*a):
+        raise AssertionError("partitioned here")
+
+    monkeypatch.setattr(rdkafka_batch, "partitions", not_here)
+    monkeypatch.setattr(rdkafka_batch, "METADATA_TIMEOUT_MS", 200)
+    unreachable = {**producer_config("127.0.0.1:1"), "message.timeout.ms": "300"}
+    other = rdkafka_batch.BatchProducer({**unreachable, "partitioner": "consistent_random"}, lambda n, t: None)
+    no_count = rdkafka_batch.BatchProducer(unreachable, lambda n, t: None)
+    try:
+        asked = []
+        monkeypatch.setattr(other, "partition_count", lambda *a: asked.append(a))
+        other.send("t", RowBlock.of([b"k"]), RowBlock.of([b"v"]))
+        assert asked == []  # librdkafka's partitioner is not Kafka's default here: no count needed
+        t0 = time.monotonic()
+        no_count.send("t", RowBlock.of([b"k"]), RowBlock.of([b"v"]))  # no count: librdkafka partitions the row
+        no_count.send("t", RowBlock.of([b"k2"]), RowBlock.of([b"v2"]))  # and the failed request is not repeated
+        assert no_count.partition_count("t") is None and time.monotonic() - t0 < 1.5
+        assert no_count.pending() >= 2  # both rows queued (outq_len counts librdkafka's requests too)
+    finally:
+        other.close()  # the rows fail after message.timeout.ms
+        no_count.close()
