@@ -13,7 +13,9 @@ each line's cost relative to JSON. Every line checks its bytes against the per-r
 With ``--produce`` it also starts a local broker (``connectors.local_broker``) and writes each format's rows
 with the service's direct producer (``connectors.producer``, its default settings) both ways the service can:
 one ``produce()`` call per row (``batch_produce=false``) and a block at a time through librdkafka's batch call
-(``connectors.rdkafka_batch``, the default), waiting for every acknowledgement, ``--repeat`` + 1 times each,
+(``connectors.rdkafka_batch``, the default: each partition's rows as one call), plus the batch call with
+librdkafka's partitioner run per row (``batch, per-row partitioner``: how the batch call worked before
+``connectors.partitioner``), waiting for every acknowledgement, ``--repeat`` + 1 times each,
 alternating (the best is shown): CPU per row of this process while producing (the Python calls and
 librdkafka's threads) and of the broker's JVM (from ``/proc``), the costs that follow a row after it is encoded.
 """
@@ -79,7 +81,7 @@ def cpu_seconds(pid: int) -> float:
 class Sink:
     """A local broker, one topic and the service's direct producer both ways (``--produce``)."""
 
-    WAYS = ("produce()", "batch")
+    WAYS = ("produce()", "batch", "batch, per-row partitioner")
 
     def __init__(self) -> None:
         import tempfile
@@ -92,10 +94,12 @@ class Sink:
         self.broker = LocalKafkaBroker(0, data_dir=Path(self._dir.name) / "kafka").start()
         ensure_topics({"bootstrap.servers": self.broker.bootstrap_servers}, [TopicSpec("changelog", 4)])
         config = producer_config(self.broker.bootstrap_servers)
-        self.producers = {"produce()": OutputProducer(config, batches=False), "batch": OutputProducer(config)}
+        self.producers = {"produce()": OutputProducer(config, batches=False), "batch": OutputProducer(config),
+                          "batch, per-row partitioner": OutputProducer(config)}
         for p in self.producers.values():
             p.send_rows("changelog", [b"warm-up"], [b"warm-up"])
             p.wait()
+        self.producers["batch, per-row partitioner"]._batches._own_partitions = False
 
     def costs(self, way: str, keys: list[bytes], values: list[bytes]) -> tuple[float, float]:
         """CPU seconds of this process and of the broker to produce the rows and have them acknowledged."""
