@@ -395,7 +395,8 @@ def _utf8_texts(keys: Sequence[Any]) -> list[str] | None:
 
 
 def _int64_or_none(values: Sequence[Any]) -> np.ndarray | None:
-    """``values`` as int64 when all are integers within int64 (not bools, not None); else ``None``."""
+    """``values`` as int64 when all are integers within int64; else ``None`` (a None, a float, only bools). A
+    bool among integers counts as 0 or 1, as ``int()`` makes it on the record path."""
     try:
         arr = np.asarray(values)
     except OverflowError:
