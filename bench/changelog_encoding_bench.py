@@ -79,7 +79,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 class Sink:
-    """A local broker, one topic and the service's direct producer both ways (``--produce``)."""
+    """A local broker, one topic and the service's direct producer each way of :attr:`WAYS` (``--produce``)."""
 
     WAYS = ("produce()", "batch", "batch, per-row partitioner")
 
