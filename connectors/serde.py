@@ -304,11 +304,24 @@ class InputDecoder:
     ) -> tuple[list[tuple[int, str, Any, int]], list[tuple[int, str, str]]]:
         """Decode a batch in order: ``(good, bad)`` with ``good = [(index, key, value, ts)]`` and
         ``bad = [(index, reason, message)]``."""
+        return self._decode_records(keys, values, timestamps, self._parsed(values))
+
+    def _parsed(self, values: Sequence[bytes | None]) -> list[Any]:
+        """JSON values parsed together where they can be (:func:`loads_json_objects`); ``None`` for the rest, and
+        for every Avro value: those take :meth:`decode`."""
+        return loads_json_objects(values) if self.spec.format == "json" else [None] * len(values)
+
+    def _decode_records(
+        self,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int | None],
+        parsed: Sequence[Any],
+    ) -> tuple[list[tuple[int, str, Any, int]], list[tuple[int, str, str]]]:
+        """:meth:`decode_batch` given the :meth:`_parsed` values."""
         good: list[tuple[int, str, Any, int]] = []
         bad: list[tuple[int, str, str]] = []
         decode, checked = self.decode, self._checked
-        # JSON values parsed together where they can be (the rest, and every error, take decode())
-        parsed = loads_json_objects(values) if self.spec.format == "json" else [None] * len(values)
         for i, (k, v, t, obj) in enumerate(zip(keys, values, timestamps, parsed)):
             try:
                 kk, vv, tt = decode(k, v, t) if obj is None else checked(k, obj, t)
@@ -331,25 +344,26 @@ class InputDecoder:
         parsed to an object, the keys decoded as one UTF-8 text, the event times as one int64 array, each
         aggregated field's types as one set. Any batch with a bad record, and every Avro batch, takes
         :meth:`decode_batch` (record by record, with each bad record's reason)."""
-        good = self._all_good_json(keys, values, timestamps, fields) if self.spec.format == "json" else None
+        parsed = self._parsed(values)  # once: a batch the column check leaves goes on with the same objects
+        good = self._all_good_json(keys, timestamps, parsed, fields) if self.spec.format == "json" else None
         if good is not None:
             return good, []
-        records, bad = self.decode_batch(keys, values, timestamps)
+        records, bad = self._decode_records(keys, values, timestamps, parsed)
         return Decoded.of(records, fields), bad
 
     def _all_good_json(
         self,
         keys: Sequence[bytes | None],
-        values: Sequence[bytes | None],
         timestamps: Sequence[int | None],
+        objs: list[Any],
         fields: Sequence[str],
     ) -> Decoded | None:
         """The batch as :meth:`decode_columns` gives it when every record is good; ``None`` when one may not be
-        (it is not decided here which, nor why)."""
-        n = len(values)
+        (it is not decided here which, nor why). ``objs``: the :meth:`_parsed` values (``None`` for a value that
+        is not a JSON object text)."""
+        n = len(objs)
         if not n or len(keys) != n or len(timestamps) != n:
             return None
-        objs = loads_json_objects(values)  # None for a value that is not a JSON object text
         if set(map(type, objs)) != {dict}:
             return None
         spec = self.spec

@@ -105,7 +105,7 @@ def keep_memory() -> list[str]:
 
     ``bench/task_batch_bench.py`` in-process, with the windows full: 117-121 ms per task batch without, 108-115
     with both (bench/RESULTS.md). Where ``mallopt`` is missing (not glibc) only the numpy part applies."""
-    done = []
+    done: list[str] = []
     os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
     if os.environ["NUMPY_MADVISE_HUGEPAGE"] == "0":
         done.append("numpy")

@@ -362,7 +362,7 @@ def _good(dec, k, v, t) -> bool:
 
 def test_decode_columns_takes_the_column_check_for_an_all_good_json_batch(monkeypatch):
     dec = InputDecoder(spec())
-    monkeypatch.setattr(dec, "decode_batch", lambda *a: pytest.fail("took the record path"))
+    monkeypatch.setattr(dec, "_decode_records", lambda *a: pytest.fail("took the record path"))
     got, bad = dec.decode_columns([b"a", b"b\xc3\xa9"], [b'{"amount": 1}', b'{"amount": 2.5}'], [5, 6], ("amount",))
     assert bad == [] and got.keys == ["a", "b\u00e9"] and got.ts.tolist() == [5, 6]
     assert got.fields == {"amount": [1, 2.5]} and got.index == [0, 1]
@@ -374,3 +374,15 @@ def test_decode_columns_leaves_timestamps_it_cannot_take_whole_to_the_record_pat
     got, bad = dec.decode_columns([b"a", b"b"], [b'{"amount": 1}'] * 2, stamps, ("amount",))
     expected_good, expected_bad = dec.decode_batch([b"a", b"b"], [b'{"amount": 1}'] * 2, stamps)
     assert bad == expected_bad and got.ts.tolist() == [t for _, _, _, t in expected_good]
+
+
+def test_decode_columns_parses_a_batch_with_a_bad_record_once(monkeypatch):
+    from connectors import serde
+
+    calls = []
+    real = serde.loads_json_objects
+    monkeypatch.setattr(serde, "loads_json_objects", lambda values: calls.append(1) or real(values))
+    got, bad = InputDecoder(spec()).decode_columns([b"a", None], [b'{"amount": 1}', b'{"amount": 2}'], [5, 6],
+                                                   ("amount",))
+    assert calls == [1]
+    assert got.keys == ["a"] and [(i, r) for i, r, _m in bad] == [(1, "null-key")]
