@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,14 +111,21 @@ def test_task_state_bench_times_batches_and_a_restart() -> None:
     assert int(rows[1][-1]) > 0, run.stdout  # every 4th: the restart replays the entries since the last one
 
 
-def test_service_bench_drain_counts_more_micro_batches_than_spark_keeps_reports_of() -> None:
-    """``recentProgress`` keeps the last 100 reports only; a 240-batch pass still ends when its rows are read."""
+def _service_bench() -> Any:
+    """bench/service_bench.py as a module (bench/ is not a package)."""
     import importlib.util
-    from types import SimpleNamespace
 
     spec = importlib.util.spec_from_file_location("service_bench", ROOT / "bench" / "service_bench.py")
     bench = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(bench)  # type: ignore[union-attr]
+    return bench
+
+
+def test_service_bench_drain_counts_more_micro_batches_than_spark_keeps_reports_of() -> None:
+    """``recentProgress`` keeps the last 100 reports only; a 240-batch pass still ends when its rows are read."""
+    from types import SimpleNamespace
+
+    bench = _service_bench()
 
     class Query:
         """240 micro-batches of 50 rows, two per poll; Spark's rolling window of 100 reports."""
@@ -142,3 +150,20 @@ def test_service_bench_drain_counts_more_micro_batches_than_spark_keeps_reports_
     r = bench.drain(q, 240 * 50, timeout=60, poll_s=0)
     assert q.stopped and r["rows"] == 240 * 50 and r["batches"] == 240
     assert [p.batchId for p in r["progress"]] == list(range(240))
+
+
+def test_service_bench_latency_figures_split_event_time_latency_into_disorder_and_the_query() -> None:
+    """Per update: from event time = instant (the input's disorder) + from send (the query's own latency)."""
+    bench = _service_bench()
+    records = [
+        (10_500, {"max_sent": 10_000, "max_timestamp": 10_000}),  # in order, written 500 ms after the send
+        (10_700, {"aggregates": {"max_sent": 10_000}, "max_timestamp": 4_000}),  # built-in's layout; 6 s of disorder
+        (9_000, {"max_sent": 800, "max_timestamp": 800}),  # newest record sent before since_ms: not counted
+        (30_000, {"max_sent": 20_000, "max_timestamp": 19_000}),  # after full_since_ms
+    ]
+    got = bench.latency_figures(iter(records), since_ms=1_000, full_since_ms=15_000)
+    assert got["n"] == 3
+    assert got["max_ms"] == 10_000 and got["event_max_ms"] == 11_000
+    assert got["instant_max_ms"] == 6_000 and got["instant_p50_ms"] == 1_000  # sorted 0, 1,000, 6,000
+    assert got["full_p50_ms"] == got["full_max_ms"] == 10_000
+    assert got["p50_ms"] == 700 and got["event_p50_ms"] == 6_700
