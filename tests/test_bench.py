@@ -156,8 +156,8 @@ def test_service_bench_latency_figures_split_event_time_latency_into_disorder_an
     """Per update: from event time = instant (the input's disorder) + from send (the query's own latency)."""
     bench = _service_bench()
     records = [
-        (10_500, {"max_sent": 10_000, "max_timestamp": 10_000}),  # in order, written 500 ms after the send
-        (10_700, {"aggregates": {"max_sent": 10_000}, "max_timestamp": 4_000}),  # built-in's layout; 6 s of disorder
+        (10_500, {"max_sent": 10_000, "max_timestamp": 10_000}),  # the built-in's layout; in order, 500 ms
+        (10_700, {"aggregates": {"max_sent": 10_000}, "max_timestamp": 4_000}),  # the service's; 6 s of disorder
         (9_000, {"max_sent": 800, "max_timestamp": 800}),  # newest record sent before since_ms: not counted
         (30_000, {"max_sent": 20_000, "max_timestamp": 19_000}),  # after full_since_ms
     ]
