@@ -165,6 +165,10 @@ def run(
 
     stop = stop or threading.Event()
     t0 = time.monotonic()
+    from service.checkpoint_access import checkpoint_dir_problem
+
+    if problem := checkpoint_dir_problem(settings.checkpoint_dir):
+        raise ServiceError(problem)
     config = prepare(settings)
     metrics.set_config_info(settings.emit, settings.input_format, settings.changelog_format)
     metrics.serve(settings.metrics_port)

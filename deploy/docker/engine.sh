@@ -2,8 +2,9 @@
 # A Docker engine for the image and compose tests, on machines without one running.
 #
 #   deploy/docker/engine.sh install   apt-get install docker.io debootstrap when missing (root only)
-#   deploy/docker/engine.sh start     exit 0 if an engine answers (starting dockerd when the binary is installed, no
-#                                     engine answers and we are root); exit 3 with the reason when none can be had
+#   deploy/docker/engine.sh start     exit 0 when it started dockerd (the binary is installed, no engine answered and
+#                                     we are root), 4 when an engine already answered (left alone: do not stop it),
+#                                     3 with the reason when none can be had
 #   deploy/docker/engine.sh stop      stop the dockerd THIS script started (by its PID file), nothing else
 #
 # The engine started here has no bridge and touches no iptables: containers run with host networking only
@@ -30,7 +31,7 @@ start)
     if ! command -v docker >/dev/null 2>&1; then
         echo "engine.sh: no docker CLI installed (make docker-install as root installs docker.io)" >&2; exit 3
     fi
-    if engine_answers; then echo "engine.sh: a Docker engine already answers (left as it is)"; exit 0; fi
+    if engine_answers; then echo "engine.sh: a Docker engine already answers (used, and left running)"; exit 4; fi
     if ! command -v dockerd >/dev/null 2>&1; then
         echo "engine.sh: no Docker engine answers and dockerd is not installed (apt-get install docker.io)" >&2; exit 3
     fi
