@@ -133,7 +133,7 @@ def _changelog_records(bootstrap: str, topic: str) -> int:
 
 @pytest.mark.integration
 def test_container_processes_stops_on_sigterm_and_a_second_one_resumes_exactly(
-        image, name, kafka_bootstrap, make_topic, tmp_path, record_property):
+        image, name, kafka_bootstrap, make_topic, tmp_path):
     topics = {"in": make_topic(PARTITIONS, config={"retention.ms": "-1"}, prefix="in"),
               "out": make_topic(PARTITIONS, config={"cleanup.policy": "compact"}, prefix="out"),
               "late": make_topic(PARTITIONS, prefix="late"), "dlq": make_topic(PARTITIONS, prefix="dlq")}
@@ -155,24 +155,25 @@ def test_container_processes_stops_on_sigterm_and_a_second_one_resumes_exactly(
     first = Container(name("first"), env, volume, image=image).run()
     first_output = _wait(lambda: _changelog_records(kafka_bootstrap, topics["out"]) > 0, 300,
                          "first changelog record", first)
-    record_property("start_to_first_output_s", round(first_output, 1))
     _wait(lambda: all(committed_offsets(ck)[1].get(topics["in"], {}).get(p, 0) >= n for p, n in ends1.items()),
           300, "first half committed", first)
     # /metrics answers and counts what was consumed
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    consumed = [ln for ln in text.splitlines() if ln.startswith("slidingwindow_records_consumed_total ")]
-    assert consumed and float(consumed[0].split()[1]) >= len(first_half), consumed
+    def consumed() -> float:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        return next(float(ln.split()[1]) for ln in text.splitlines()
+                    if ln.startswith("slidingwindow_records_consumed_total "))
+
+    _wait(lambda: consumed() >= len(first_half), 60, "/metrics counting the first half", first)
     # the image's own HEALTHCHECK command passes now that the query processes, and Docker reports healthy
     health_cmd = first.inspect()["Config"]["Healthcheck"]["Test"]
     assert health_cmd[0] == "CMD" and "service.healthcheck" in " ".join(health_cmd)
     r = first.exec(*health_cmd[1:])
     assert r.returncode == 0 and r.stdout.startswith("healthy: processing"), r.stdout + r.stderr
     # every process of the container runs as the service's uid (tini, the driver, its JVM, Python workers)
-    top = docker("top", first.name, "-eo", "uid,comm").stdout.splitlines()[1:]
+    top = docker("top", first.name).stdout.splitlines()[1:]  # UID PID PPID ... CMD
     assert top and {ln.split()[0] for ln in top} == {str(SERVICE_UID)}, top
     # SIGTERM (docker stop) within the compose file's stop_grace_period: exit 0, not the SIGKILL after it (137)
     stop_s = first.stop(STOP_GRACE_S)
-    record_property("stop_s", round(stop_s, 1))
     assert first.exit_code() == 0, first.logs()
     assert "Traceback" not in first.logs(400)
     at_stop = committed_offsets(ck)
@@ -184,6 +185,7 @@ def test_container_processes_stops_on_sigterm_and_a_second_one_resumes_exactly(
     assert committed_offsets(ck)[0] > at_stop[0]  # it continued the checkpoint's batch ids
     second.stop(STOP_GRACE_S)
     assert second.exit_code() == 0, second.logs()
+    # measured, not asserted (bench/RESULTS.md and the README quote them): pytest -o log_cli=true shows the line
     logger.info("image %s: first output %.1fs after docker run, docker stop %.1fs", image, first_output, stop_s)
 
     exp = replay(events, td=TD, grace=GRACE, aggregations=AGGS, emit="update")
