@@ -37,19 +37,19 @@ clean:
 # JVM artifacts (Kafka broker classpath, Spark's Kafka connector) resolved with Maven into
 # ~/.cache/slidingwindow/jars (or $SLIDINGWINDOW_JAR_CACHE); later runs do not call Maven.
 jars: venv
-	$(PY) -m connectors.jars kafka >/dev/null
+	$(PY) -m devtools.broker_jars kafka >/dev/null
 	$(PY) -m connectors.jars spark-kafka >/dev/null
 
 # A local single-node Kafka (KRaft) in the background: BROKER_PORT (9092), data and logs in var/kafka.
 BROKER_PORT ?= 9092
 broker-start: venv
-	$(PY) -m connectors.local_broker start --port $(BROKER_PORT)
+	$(PY) -m devtools.local_broker start --port $(BROKER_PORT)
 
 broker-stop: venv
-	$(PY) -m connectors.local_broker stop
+	$(PY) -m devtools.local_broker stop
 
 # The demo: local broker + payments producer + the service + a live view, until Ctrl-C (state in var/demo;
 # DEMO_ARGS=--fresh starts over, DEMO_ARGS="--rate 500" produces faster).
 DEMO_ARGS ?=
 demo: venv jars
-	$(PY) -m service.demo $(DEMO_ARGS)
+	$(PY) -m devtools.demo $(DEMO_ARGS)

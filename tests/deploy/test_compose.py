@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from connectors.jars import ENV_CACHE
-from service.demo import TOPIC as DEMO_TOPIC
+from devtools.demo import TOPIC as DEMO_TOPIC
 from service.settings import ENV_PREFIX, SETTINGS, Settings, load
 
 ROOT = Path(__file__).resolve().parents[2]

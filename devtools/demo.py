@@ -1,6 +1,6 @@
 """``make demo``: a local broker, a payments producer, the service, and a live view until Ctrl-C.
 
-1. starts the local Kafka broker (``connectors.local_broker``, data in ``var/demo/kafka``) unless
+1. starts the local Kafka broker (:mod:`devtools.local_broker`, data in ``var/demo/kafka``) unless
    ``--bootstrap-servers`` points at a running one;
 2. creates the ``payments`` topic (3 partitions);
 3. produces payments per account at a steady rate, with event times that are sometimes out of order (inside the
@@ -30,7 +30,6 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parent.parent
 TOPIC = "payments"
 OUT, LATE, DLQ = "payments-windows", "payments-late", "payments-dlq"
 TD_MS, GRACE_MS = 10_000, 5_000
@@ -133,26 +132,28 @@ def _lag(bootstrap: str, checkpoint: Path) -> int | None:
     return sum(max(0, hi - committed.get(p, 0)) for (_t, p), hi in ends.items())
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m service.demo", description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, *, prog: str = "python -m devtools.demo") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap-servers", default="", help="use this broker instead of starting one")
     parser.add_argument("--port", type=int, default=int(os.environ.get("DEMO_KAFKA_PORT", "19092")),
                         help="port of the demo broker (default 19092)")
     parser.add_argument("--rate", type=float, default=200.0, help="events per second (default 200)")
     parser.add_argument("--accounts", type=int, default=50)
-    parser.add_argument("--fresh", action="store_true", help="delete var/demo first (new topics and state)")
+    parser.add_argument("--state-dir", type=Path, default=Path("var") / "demo",
+                        help="broker data, checkpoint and service log (default var/demo under the working directory)")
+    parser.add_argument("--fresh", action="store_true", help="delete the state dir first (new topics and state)")
     parser.add_argument("--refresh", type=float, default=3.0, help="seconds between status lines")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
 
-    var = ROOT / "var" / "demo"
+    var = args.state_dir.resolve()
     if args.fresh and var.exists():
         shutil.rmtree(var)
     var.mkdir(parents=True, exist_ok=True)
     broker = None
     bootstrap = args.bootstrap_servers
     if not bootstrap:
-        from connectors.local_broker import LocalKafkaBroker
+        from devtools.local_broker import LocalKafkaBroker
 
         print(f"starting the local Kafka broker on port {args.port} (data in {var / 'kafka'}) ...", flush=True)
         broker = LocalKafkaBroker(args.port, data_dir=var / "kafka")
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
            "--metrics-port", os.environ.get("DEMO_METRICS_PORT", "9108")]  # fmt: skip
     print("starting the service:", " ".join(cmd[1:]), f"\n  (log: {log_path})", flush=True)
     log = open(log_path, "ab")
-    service = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    service = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     producer = Producer(bootstrap, args.rate, args.accounts)
     watcher = OutputWatcher(bootstrap)
     producer.start()
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         log.close()
         if broker is not None:
             broker.stop()
-        print("stopped (state kept in var/demo: run `make demo` again to resume, or DEMO_ARGS=--fresh).",
+        print(f"stopped (state kept in {var}: run `make demo` again to resume, or DEMO_ARGS=--fresh).",
               flush=True)
     return rc
 
