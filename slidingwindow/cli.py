@@ -87,4 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if entry is None:
         sys.stderr.write(f"{PROG}: unknown command {args[0]!r}\n\n{usage()}")
         return EXIT_USAGE
-    return entry[0](args)
+    try:
+        return entry[0](args)
+    except ModuleNotFoundError as e:
+        if e.name != "devtools":
+            raise
+        sys.stderr.write(f"{PROG} {args[0]}: the development tools (devtools) are not installed here; "
+                         "install the slidingwindow wheel (the service image leaves them out)\n")
+        return EXIT_USAGE
