@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: venv test test-unit demo clean bench broker-start broker-stop jars prometheus
+.PHONY: venv test test-unit demo clean bench broker-start broker-stop jars prometheus lint wheel
 
 # Installs the project with every extra into .venv. pip caches the pyspark wheel it builds from the
 # sdist (~/.cache/pip), so only the first install on a machine pays for it.
@@ -22,6 +22,17 @@ test: venv prometheus
 
 test-unit: venv
 	$(PY) -m pytest -q tests/windowstore
+
+# Static checks as configured in pyproject.toml (ruff lint + format check, mypy). Not yet part of `make test`.
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+# The installable product: dist/slidingwindow-*.whl (`pip install 'dist/slidingwindow-<v>-py3-none-any.whl[service]'`
+# gives the `slidingwindow` command; tests/test_wheel.py installs it into a fresh venv and runs it).
+wheel: venv
+	$(PIP) wheel --no-deps --no-build-isolation -w dist .
 
 bench: venv
 	$(PY) bench/windowstore_bench.py

@@ -168,7 +168,7 @@ def parse_dependency_list(text: str) -> list[ResolvedArtifact]:
         m = _LIST_LINE_RE.match(line)
         if not m or not os.path.isabs(m.group("path")):
             continue
-        found.append(ResolvedArtifact(**m.groupdict()))  # type: ignore[arg-type]
+        found.append(ResolvedArtifact(**m.groupdict()))
     return found
 
 

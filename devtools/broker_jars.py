@@ -20,7 +20,7 @@ from pathlib import Path
 from connectors import jars, versions
 from connectors.jars import Coordinate, ResolvedArtifact
 
-__all__ = ["kafka_set_name", "kafka_broker_classpath", "ARTIFACT_SETS", "main"]
+__all__ = ["ARTIFACT_SETS", "kafka_broker_classpath", "kafka_set_name", "main"]
 
 
 def kafka_set_name() -> str:
@@ -53,7 +53,11 @@ def kafka_broker_classpath(*, cache_dir: Path | None = None, force: bool = False
         extra = _kafka_logging_companions(first)
         if not extra:
             return first, [], {"root": str(root)}
-        return jars.maven_resolve([root, *extra], set_name=name), [], {"root": str(root), "added": list(map(str, extra))}
+        return (
+            jars.maven_resolve([root, *extra], set_name=name),
+            [],
+            {"root": str(root), "added": list(map(str, extra))},
+        )
 
     return jars.materialize(name, resolve, cache_dir=cache_dir, force=force)
 

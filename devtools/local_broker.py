@@ -274,7 +274,7 @@ class LocalKafkaBroker:
         self._format_storage(java, cp, props)
 
         cmd = [java, *self._jvm_options(), "-cp", cp, MAIN_CLASS, str(props)]
-        out = open(self.log_dir / "kafka.out", "ab")
+        out = open(self.log_dir / "kafka.out", "ab")  # noqa: SIM115 - handed to the JVM, closed right after Popen
         t0 = time.monotonic()
         try:
             self._proc = subprocess.Popen(

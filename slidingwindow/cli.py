@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-__all__ = ["main", "COMMANDS"]
+__all__ = ["COMMANDS", "main"]
 
 PROG = "slidingwindow"
 EXIT_USAGE = 2
@@ -92,6 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModuleNotFoundError as e:
         if e.name != "devtools":
             raise
-        sys.stderr.write(f"{PROG} {args[0]}: the development tools (devtools) are not installed here; "
-                         "install the slidingwindow wheel (the service image leaves them out)\n")
+        sys.stderr.write(
+            f"{PROG} {args[0]}: the development tools (devtools) are not installed here; "
+            "install the slidingwindow wheel (the service image leaves them out)\n"
+        )
         return EXIT_USAGE

@@ -14,8 +14,17 @@ ROOT = Path(__file__).resolve().parents[1]
 # import the runtime packages; no runtime package imports devtools, the command package or test-only packages.
 _NOT_RUNTIME = {"devtools", "slidingwindow", "testcontainers", "docker", "pytest", "hypothesis"}
 FORBIDDEN = {
-    "windowstore": {"connectors", "service", "pyspark", "confluent_kafka", "fastavro", "prometheus_client", "pandas",
-                    "pyarrow"} | _NOT_RUNTIME,
+    "windowstore": {
+        "connectors",
+        "service",
+        "pyspark",
+        "confluent_kafka",
+        "fastavro",
+        "prometheus_client",
+        "pandas",
+        "pyarrow",
+    }
+    | _NOT_RUNTIME,
     "connectors": {"service", "prometheus_client"} | _NOT_RUNTIME,
     "service": set(_NOT_RUNTIME),
     "devtools": {"slidingwindow", "testcontainers", "docker", "pytest", "hypothesis"},
