@@ -9,7 +9,7 @@ Kafka (only started when a test asks for ``kafka_bootstrap`` or ``make_topic``; 
     2. a testcontainers Kafka container, if a Docker engine answers a ping *and* the images it needs (Kafka's and,
        unless ``TESTCONTAINERS_RYUK_DISABLED``, Ryuk's) are present locally or can be pulled within
        ``IMAGE_PULL_TIMEOUT_S``; an engine whose images cannot be had (no registry reachable) is logged and skipped;
-    3. :class:`connectors.local_broker.LocalKafkaBroker` (JVM from Maven-resolved jars) on a free port, data in a
+    3. :class:`devtools.local_broker.LocalKafkaBroker` (JVM from Maven-resolved jars) on a free port, data in a
        session tmp dir.
 
     ``SLIDINGWINDOW_TEST_KAFKA=local`` or ``=docker`` skips the detection and forces one of 2/3.
@@ -122,7 +122,7 @@ def _kafka_from_testcontainers() -> Iterator[str]:
 
 
 def _kafka_from_local_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from connectors.local_broker import LocalKafkaBroker
+    from devtools.local_broker import LocalKafkaBroker
 
     broker = LocalKafkaBroker(port=0, data_dir=tmp_path_factory.mktemp("kafka"))
     broker.start()
