@@ -203,3 +203,13 @@ def test_container_processes_stops_on_sigterm_and_a_second_one_resumes_exactly(
     assert sorted((int(r.headers["partition"]), int(r.headers["offset"])) for r in late) == sorted(exp.late)
     dead = consume_all(kafka_bootstrap, topics["dlq"])
     assert sorted((int(r.headers["partition"]), int(r.headers["offset"])) for r in dead) == sorted(exp.dead)
+
+
+def test_an_engine_that_cannot_have_the_kafka_images_means_the_local_broker(image, caplog):
+    """tests/conftest.py: with an engine that answers, testcontainers is chosen only when its images are present
+    or pullable; here no registry answers, so a missing image is reported (and the suite uses the local broker)."""
+    from tests import conftest
+
+    missing = conftest._missing_docker_images([image, "slidingwindow-test/never-built:absent"])
+    assert list(missing) == ["slidingwindow-test/never-built:absent"]
+    assert "not present" in missing["slidingwindow-test/never-built:absent"]
