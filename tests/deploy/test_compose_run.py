@@ -51,7 +51,9 @@ def compose(*args: str, files: tuple[Path, ...] = (BASE,), timeout: float = 300,
         cmd += ["-f", str(f)]
     r = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     if check and r.returncode != 0:
-        raise AssertionError(f"docker-compose {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+        logs = subprocess.run([*cmd, "logs", "--tail", "40"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+        raise AssertionError(f"docker-compose {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}\n"
+                             f"logs:\n{logs.stdout[-6000:]}")
     return r
 
 
