@@ -41,6 +41,7 @@ EMITS = ("every", "update", "close")
 AGGREGATIONS = ("collect", "collect", "collect", "count", "sum", "min", "max", "mean")
 KEYS = ("a", "b", "A", "ab", "é", "z")
 BASE_TS = 1_764_000_000_000  # 2025-11-24, epoch ms
+LONG_RETENTION_MS = 30 * 24 * 3600 * 1000  # 30 days: segments of 15 days
 
 
 # ------------------------------------------------------------------------------------------------ generation
@@ -99,8 +100,14 @@ def generate_family_case(seed: int, *, window: str | None = None, emit: str | No
         else:
             value = rng.randrange(-100, 1000)
         recs.append({"key": key, "value": value, "ts": t})
-    return {"window": window, **params, "grace_ms": grace, "aggregation": aggregation, "emit": emit,
+    case = {"window": window, **params, "grace_ms": grace, "aggregation": aggregation, "emit": emit,
             "input": recs, "seed": seed}
+    if window != "session" and emit == "close":
+        # Kafka Streams' first emit-on-close round scans the record cache segment by segment from epoch 0: with
+        # the default retention (60 s segments) that is ~29 million segments at today's timestamps, ~7 s a case.
+        # The retention does not change a time window's results (T12); DEFAULT_RETENTION_CLOSE_CASES keeps some.
+        case["retention_ms"] = LONG_RETENTION_MS
+    return case
 
 
 def generate_family_cases(n: int, *, seed: int = 0, windows: tuple[str, ...] = FAMILY_WINDOWS,
