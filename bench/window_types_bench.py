@@ -19,12 +19,13 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from windowstore import Count, SlidingWindowProcessor, SlidingWindows  # noqa: E402
-from windowstore.session_windows import SessionWindowProcessor, SessionWindows  # noqa: E402
-from windowstore.time_windows import TimeWindowProcessor, TimeWindows  # noqa: E402
+from windowstore import Count, SlidingWindowProcessor, SlidingWindows
+from windowstore.session_windows import SessionWindowProcessor, SessionWindows
+from windowstore.time_windows import TimeWindowProcessor, TimeWindows
 
 STEP_MS = 10
 BASE = 1_764_000_000_000
@@ -54,7 +55,7 @@ def cells() -> list[tuple[str, object]]:
     ]
 
 
-def run_cell(make, emit: str, stream: list, seconds: float, batch: int) -> tuple[float, float]:
+def run_cell(make: Any, emit: str, stream: list, seconds: float, batch: int) -> tuple[float, float]:
     proc = make(emit)
     done = out = 0
     gc.collect()
@@ -62,7 +63,7 @@ def run_cell(make, emit: str, stream: list, seconds: float, batch: int) -> tuple
     t0 = time.process_time()
     try:
         while True:
-            chunk = stream[done:done + batch]
+            chunk = stream[done : done + batch]
             if not chunk:
                 break
             process = proc.process

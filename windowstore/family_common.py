@@ -14,7 +14,7 @@ from typing import Any
 
 from .windows import ConfigError
 
-__all__ = ["FamilyStats", "key_bytes", "java_div", "check_millis", "valid_timestamp"]
+__all__ = ["FamilyStats", "check_millis", "java_div", "key_bytes", "valid_timestamp"]
 
 
 @dataclass(slots=True)

@@ -2,7 +2,8 @@
 
 ``python -m windowstore replay --time-difference-ms D --grace-ms G --aggregation collect --emit every``
 (sliding windows, the default ``--window``), ``--window tumbling --size-ms S``, ``--window hopping --size-ms S
---advance-ms A`` or ``--window session --gap-ms G`` reads JSON lines ``{"key": str, "value": any, "ts": int}`` from stdin (one task, arrival order) and writes one
+--advance-ms A`` or ``--window session --gap-ms G`` reads JSON lines ``{"key": str, "value": any, "ts": int}``
+from stdin (one task, arrival order) and writes one
 JSON line per emitted update: ``{"key", "window_start", "window_end", "value", "ts"}`` (time windows: end
 exclusive, ``Window.end()``; a session replaced by a merge or an extension: ``"value": null``). A summary line goes to
 stderr: ``records``, ``dropped_records`` (late at entry, R8), ``dropped_records_total`` (Kafka Streams'
@@ -25,8 +26,15 @@ from .time_windows import TimeWindowProcessor, TimeWindows
 from .updates import EmitMode, WindowUpdate
 from .windows import ConfigError, SlidingWindows
 
-__all__ = ["replay_records", "replay_family_records", "ReplayInputError", "parse_lines", "main", "update_to_json",
-           "WINDOW_TYPES"]
+__all__ = [
+    "WINDOW_TYPES",
+    "ReplayInputError",
+    "main",
+    "parse_lines",
+    "replay_family_records",
+    "replay_records",
+    "update_to_json",
+]
 
 WINDOW_TYPES = ("sliding", "tumbling", "hopping", "session")
 
@@ -138,8 +146,9 @@ def replay_family_records(
             raise ConfigError(f"{window} windows need size_ms")
         if window == "hopping" and advance_ms is None:
             raise ConfigError("hopping windows need advance_ms")
-        proc = TimeWindowProcessor(TimeWindows(size_ms, advance_ms if window == "hopping" else None, grace_ms,
-                                               retention_ms), agg, mode)
+        proc = TimeWindowProcessor(
+            TimeWindows(size_ms, advance_ms if window == "hopping" else None, grace_ms, retention_ms), agg, mode
+        )
     else:
         raise ConfigError(f"window must be one of {', '.join(WINDOW_TYPES[1:])} here, got {window!r}")
     out: list[dict[str, Any]] = []
@@ -171,11 +180,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m windowstore replay",
         description="Replay JSON-lines events through Kafka Streams window semantics (one task): sliding "
-                    "(SlidingWindows), tumbling / hopping (TimeWindows) or session (SessionWindows) windows.",
+        "(SlidingWindows), tumbling / hopping (TimeWindows) or session (SessionWindows) windows.",
     )
     p.add_argument("--window", default="sliding", choices=WINDOW_TYPES, help="window type (default sliding)")
-    p.add_argument("--time-difference-ms", type=int, default=None,
-                   help="sliding: max time difference td (inclusive); required for sliding")
+    p.add_argument(
+        "--time-difference-ms",
+        type=int,
+        default=None,
+        help="sliding: max time difference td (inclusive); required for sliding",
+    )
     p.add_argument("--size-ms", type=int, default=None, help="tumbling and hopping: window size (end exclusive)")
     p.add_argument("--advance-ms", type=int, default=None, help="hopping: advance between window starts")
     p.add_argument("--gap-ms", type=int, default=None, help="session: inactivity gap")
@@ -183,13 +196,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--aggregation",
         default="collect",
-        help=f"one of {', '.join(REPLAY_AGGREGATIONS)} (also: {', '.join(sorted(set(BUILTINS) - set(REPLAY_AGGREGATIONS)))})",
+        help=f"one of {', '.join(REPLAY_AGGREGATIONS)} (also: {', '.join(sorted(set(BUILTINS) - set(REPLAY_AGGREGATIONS)))})",  # noqa: E501
     )
     p.add_argument("--emit", default="update", choices=[m.value for m in EmitMode], help="emit mode")
     p.add_argument("--flush-every", type=int, default=None, help="update mode: flush after every N records")
-    p.add_argument("--retention-ms", type=int, default=None,
-                   help="store retention (default sliding 2*td + grace, time windows size + grace, "
-                        "sessions gap + grace)")
+    p.add_argument(
+        "--retention-ms",
+        type=int,
+        default=None,
+        help="store retention (default sliding 2*td + grace, time windows size + grace, sessions gap + grace)",
+    )
     return p
 
 
@@ -225,8 +241,11 @@ def _family_lines(records: Iterable[dict[str, Any]], aggregation: str) -> Iterat
     numeric = aggregation in _NUMERIC
     for rec in records:
         if numeric and rec["value"] is None:
-            raise ReplayInputError(rec.get("_line", 0), f"aggregation {aggregation!r} cannot aggregate a null value "
-                                                         "(time and session windows aggregate null values)")
+            raise ReplayInputError(
+                rec.get("_line", 0),
+                f"aggregation {aggregation!r} cannot aggregate a null value "
+                "(time and session windows aggregate null values)",
+            )
         yield rec
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from .aggregations import Aggregation, Collect, Composite, Field, First, Last
 
-__all__ = ["session_merger", "Merger"]
+__all__ = ["Merger", "session_merger"]
 
 Merger = Callable[[Any, Any], Any]
 """``merger(agg_one, agg_two) -> merged``: ``agg_one`` the value folded so far, ``agg_two`` the next session's."""
@@ -31,7 +31,7 @@ def session_merger(aggregation: Aggregation) -> Merger:
         return session_merger(aggregation.inner)
     if isinstance(aggregation, Composite):
         parts = [session_merger(p) for p in aggregation.parts]
-        return lambda a, b: tuple(m(x, y) for m, x, y in zip(parts, a, b))
+        return lambda a, b: tuple(m(x, y) for m, x, y in zip(parts, a, b, strict=True))
     if isinstance(aggregation, Collect):
         return _merge_collect
     if isinstance(aggregation, Last):  # before First: Last is a subclass of First
@@ -42,6 +42,8 @@ def session_merger(aggregation: Aggregation) -> Merger:
         return lambda a, b: b if a is empty else a
     combine = aggregation.combine
     if combine is None:
-        raise ValueError(f"aggregation {aggregation.name!r} has no session merger (no combine); "
-                         "session windows need one to merge sessions")
+        raise ValueError(
+            f"aggregation {aggregation.name!r} has no session merger (no combine); "
+            "session windows need one to merge sessions"
+        )
     return combine

@@ -41,7 +41,7 @@ from .session_merge import Merger, session_merger
 from .updates import EmitMode, WindowUpdate
 from .windows import ConfigError
 
-__all__ = ["SessionWindows", "SessionWindowProcessor", "is_tombstone"]
+__all__ = ["SessionWindowProcessor", "SessionWindows", "is_tombstone"]
 
 _NO_TIMESTAMP = -1
 
@@ -78,7 +78,7 @@ def is_tombstone(update: WindowUpdate) -> bool:
 
 
 class _Session:
-    __slots__ = ("start", "end", "acc", "count")
+    __slots__ = ("acc", "count", "end", "start")
 
     def __init__(self, start: int, end: int, acc: Any, count: int) -> None:
         self.start = start
@@ -98,8 +98,13 @@ class SessionWindowProcessor:
     ``Window.start()``/``end()``, both inclusive; the output timestamp is always the session's end (S8).
     """
 
-    def __init__(self, windows: SessionWindows, aggregation: Aggregation, emit: EmitMode | str = EmitMode.UPDATE,
-                 merger: Merger | None = None) -> None:
+    def __init__(
+        self,
+        windows: SessionWindows,
+        aggregation: Aggregation,
+        emit: EmitMode | str = EmitMode.UPDATE,
+        merger: Merger | None = None,
+    ) -> None:
         self.windows = windows
         self.aggregation = aggregation
         self.merger = merger if merger is not None else session_merger(aggregation)
@@ -346,8 +351,10 @@ class SessionWindowProcessor:
         """Load :meth:`export_state` output into an empty processor with the same window definition."""
         w = self.windows
         if state.get("type") != "session" or (state["gap_ms"], state["grace_ms"]) != (w.gap_ms, w.grace_ms):
-            raise ConfigError(f"state was written for another window definition: {state.get('type')} "
-                              f"gap={state.get('gap_ms')} grace={state.get('grace_ms')}")
+            raise ConfigError(
+                f"state was written for another window definition: {state.get('type')} "
+                f"gap={state.get('gap_ms')} grace={state.get('grace_ms')}"
+            )
         if self._sessions:
             raise ValueError("restore_state needs an empty processor")
         self.observed_stream_time = state["observed_stream_time"]

@@ -42,7 +42,7 @@ from .family_common import FamilyStats, check_millis, key_bytes, valid_timestamp
 from .updates import EmitMode, WindowUpdate
 from .windows import ConfigError
 
-__all__ = ["TimeWindows", "TimeWindowProcessor"]
+__all__ = ["TimeWindowProcessor", "TimeWindows"]
 
 _NO_TIMESTAMP = -1  # ConsumerRecord.NO_TIMESTAMP: stream time and last close time before the first record
 
@@ -101,7 +101,7 @@ class TimeWindows:
 class _Window:
     """One window's state: accumulator, largest record timestamp (the output timestamp), record count."""
 
-    __slots__ = ("acc", "ts", "count")
+    __slots__ = ("acc", "count", "ts")
 
     def __init__(self, acc: Any, ts: int, count: int) -> None:
         self.acc = acc
@@ -221,7 +221,9 @@ class TimeWindowProcessor:
         if upper < 0:
             return
         lower = 0 if last == _NO_TIMESTAMP else max(0, last - size) + 1
-        if last != _NO_TIMESTAMP and list(self.windows.window_starts(upper)) == list(self.windows.window_starts(lower - 1)):
+        if last != _NO_TIMESTAMP and list(self.windows.window_starts(upper)) == list(
+            self.windows.window_starts(lower - 1)
+        ):
             return  # shouldRangeFetch: no new window to emit; last close time NOT advanced
         starts = self._starts
         i = bisect.bisect_left(starts, lower)
@@ -294,10 +296,15 @@ class TimeWindowProcessor:
         """Load :meth:`export_state` output into an empty processor with the same window definition."""
         w = self.windows
         if state.get("type") != "time" or (state["size_ms"], state["advance_ms"], state["grace_ms"]) != (
-                w.size_ms, w.advance, w.grace_ms):
-            raise ConfigError(f"state was written for another window definition: {state.get('type')} "
-                              f"size={state.get('size_ms')} advance={state.get('advance_ms')} "
-                              f"grace={state.get('grace_ms')}")
+            w.size_ms,
+            w.advance,
+            w.grace_ms,
+        ):
+            raise ConfigError(
+                f"state was written for another window definition: {state.get('type')} "
+                f"size={state.get('size_ms')} advance={state.get('advance_ms')} "
+                f"grace={state.get('grace_ms')}"
+            )
         if self._by_key:
             raise ValueError("restore_state needs an empty processor")
         self.observed_stream_time = state["observed_stream_time"]

@@ -33,8 +33,16 @@ from windowstore.time_windows import TimeWindowProcessor, TimeWindows
 from .differential import canon
 from .oracle import OracleSession, run_batch
 
-__all__ = ["generate_family_case", "generate_family_cases", "run_engine", "compare", "differential",
-           "FAMILY_WINDOWS", "EMITS", "PINNED_CASES"]
+__all__ = [
+    "EMITS",
+    "FAMILY_WINDOWS",
+    "PINNED_CASES",
+    "compare",
+    "differential",
+    "generate_family_case",
+    "generate_family_cases",
+    "run_engine",
+]
 
 FAMILY_WINDOWS = ("tumbling", "hopping", "session")
 EMITS = ("every", "update", "close")
@@ -45,6 +53,7 @@ LONG_RETENTION_MS = 30 * 24 * 3600 * 1000  # 30 days: segments of 15 days
 
 
 # ------------------------------------------------------------------------------------------------ generation
+
 
 def _window_params(rng: random.Random, window: str) -> tuple[dict[str, int], int]:
     """Window lengths and the case's time scale (ms)."""
@@ -100,8 +109,15 @@ def generate_family_case(seed: int, *, window: str | None = None, emit: str | No
         else:
             value = rng.randrange(-100, 1000)
         recs.append({"key": key, "value": value, "ts": t})
-    case = {"window": window, **params, "grace_ms": grace, "aggregation": aggregation, "emit": emit,
-            "input": recs, "seed": seed}
+    case = {
+        "window": window,
+        **params,
+        "grace_ms": grace,
+        "aggregation": aggregation,
+        "emit": emit,
+        "input": recs,
+        "seed": seed,
+    }
     if window != "session" and emit == "close":
         # Kafka Streams' first emit-on-close round scans the record cache segment by segment from epoch 0: with
         # the default retention (60 s segments) that is ~29 million segments at today's timestamps, ~7 s a case.
@@ -110,8 +126,9 @@ def generate_family_case(seed: int, *, window: str | None = None, emit: str | No
     return case
 
 
-def generate_family_cases(n: int, *, seed: int = 0, windows: tuple[str, ...] = FAMILY_WINDOWS,
-                          emits: tuple[str, ...] = EMITS) -> list[dict[str, Any]]:
+def generate_family_cases(
+    n: int, *, seed: int = 0, windows: tuple[str, ...] = FAMILY_WINDOWS, emits: tuple[str, ...] = EMITS
+) -> list[dict[str, Any]]:
     """``n`` cases, round-robin over windows x emits, seeds ``seed .. seed + n - 1``."""
     combos = [(w, e) for w in windows for e in emits]
     out = []
@@ -125,22 +142,27 @@ def generate_family_cases(n: int, *, seed: int = 0, windows: tuple[str, ...] = F
 
 # ------------------------------------------------------------------------------------------------ engine
 
+
 def run_engine(case: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The case through our engine, flushing (update mode) after every record as TopologyTestDriver commits."""
     agg = parse_aggregations(case["aggregation"])
     proc: TimeWindowProcessor | SessionWindowProcessor
     if case["window"] == "session":
-        proc = SessionWindowProcessor(SessionWindows(case["gap_ms"], case["grace_ms"], case.get("retention_ms")),
-                                      agg, case["emit"])
+        proc = SessionWindowProcessor(
+            SessionWindows(case["gap_ms"], case["grace_ms"], case.get("retention_ms")), agg, case["emit"]
+        )
     else:
         advance = case.get("advance_ms") if case["window"] == "hopping" else None
-        proc = TimeWindowProcessor(TimeWindows(case["size_ms"], advance, case["grace_ms"], case.get("retention_ms")),
-                                   agg, case["emit"])
+        proc = TimeWindowProcessor(
+            TimeWindows(case["size_ms"], advance, case["grace_ms"], case.get("retention_ms")), agg, case["emit"]
+        )
     out: list[dict[str, Any]] = []
 
     def put(i: int, updates: list) -> None:
-        out.extend({"key": u.key, "window_start": u.start, "window_end": u.end, "value": u.value, "ts": u.ts,
-                    "input_index": i} for u in updates)
+        out.extend(
+            {"key": u.key, "window_start": u.start, "window_end": u.end, "value": u.value, "ts": u.ts, "input_index": i}
+            for u in updates
+        )
 
     for i, r in enumerate(case["input"]):
         put(i, proc.process(r["key"], r["value"], r["ts"]))
@@ -150,13 +172,13 @@ def run_engine(case: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, An
 
 # ------------------------------------------------------------------------------------------------ comparison
 
+
 def _row(u: dict[str, Any]) -> tuple:
     return (u["input_index"], u["key"], u["window_start"], u["window_end"], canon(u["value"]), u["ts"])
 
 
 def _fmt(u: dict[str, Any]) -> str:
-    return (f"#{u['input_index']} {u['key']}[{u['window_start']},{u['window_end']}]="
-            f"{json.dumps(u['value'])}@{u['ts']}")
+    return f"#{u['input_index']} {u['key']}[{u['window_start']},{u['window_end']}]={json.dumps(u['value'])}@{u['ts']}"
 
 
 def compare(oracle: dict[str, Any], engine: tuple[list[dict], dict] | BaseException) -> list[str]:
@@ -170,13 +192,17 @@ def compare(oracle: dict[str, Any], engine: tuple[list[dict], dict] | BaseExcept
     o = [_row(u) for u in oracle["updates"]]
     e = [_row(u) for u in updates]
     if o != e:
-        i = next((k for k, (a, b) in enumerate(zip(o, e)) if a != b), min(len(o), len(e)))
-        diffs.append(f"updates differ at {i} (oracle {len(o)}, engine {len(e)}): "
-                     f"oracle {_fmt(oracle['updates'][i]) if i < len(o) else '-'} / "
-                     f"engine {_fmt(updates[i]) if i < len(e) else '-'}")
+        i = next((k for k, (a, b) in enumerate(zip(o, e, strict=False)) if a != b), min(len(o), len(e)))
+        diffs.append(
+            f"updates differ at {i} (oracle {len(o)}, engine {len(e)}): "
+            f"oracle {_fmt(oracle['updates'][i]) if i < len(o) else '-'} / "
+            f"engine {_fmt(updates[i]) if i < len(e) else '-'}"
+        )
     if float(oracle["dropped_records_total"]) != summary["dropped_records_total"]:
-        diffs.append(f"dropped_records_total: oracle {oracle['dropped_records_total']}, "
-                     f"engine {summary['dropped_records_total']}")
+        diffs.append(
+            f"dropped_records_total: oracle {oracle['dropped_records_total']}, "
+            f"engine {summary['dropped_records_total']}"
+        )
     return diffs
 
 
@@ -189,8 +215,11 @@ class FamilyMismatch:
 
     def report(self) -> str:
         c = self.case
-        head = {k: c.get(k) for k in ("id", "window", "size_ms", "advance_ms", "gap_ms", "grace_ms", "aggregation",
-                                      "emit") if c.get(k) is not None}
+        head = {
+            k: c.get(k)
+            for k in ("id", "window", "size_ms", "advance_ms", "gap_ms", "grace_ms", "aggregation", "emit")
+            if c.get(k) is not None
+        }
         lines = [f"{head} ({len(c['input'])} records): " + "; ".join(self.diffs)]
         if self.minimal is not None:
             lines.append(f"  minimal input: {json.dumps(self.minimal['input'])}")
@@ -206,7 +235,7 @@ def _shrink(case: dict[str, Any], session: OracleSession, steps: int = 200) -> t
     while changed and steps > 0:
         changed = False
         for i in range(len(cur["input"])):
-            cand = dict(cur, input=cur["input"][:i] + cur["input"][i + 1:])
+            cand = dict(cur, input=cur["input"][:i] + cur["input"][i + 1 :])
             steps -= 1
             d = compare(session.run(cand), _safe_engine(cand))
             if d:
@@ -220,15 +249,16 @@ def _shrink(case: dict[str, Any], session: OracleSession, steps: int = 200) -> t
 def _safe_engine(case: dict[str, Any]) -> tuple[list[dict], dict] | BaseException:
     try:
         return run_engine(case)
-    except Exception as exc:  # noqa: BLE001 - reported as a mismatch
+    except Exception as exc:
         return exc
 
 
-def differential(cases: list[dict[str, Any]], *, oracle_results: list[dict[str, Any]] | None = None,
-                 shrink_limit: int = 2) -> list[FamilyMismatch]:
+def differential(
+    cases: list[dict[str, Any]], *, oracle_results: list[dict[str, Any]] | None = None, shrink_limit: int = 2
+) -> list[FamilyMismatch]:
     results = oracle_results if oracle_results is not None else run_batch(cases)
     mism = []
-    for case, res in zip(cases, results):
+    for case, res in zip(cases, results, strict=True):
         d = compare(res, _safe_engine(case))
         if d:
             mism.append(FamilyMismatch(case, d))
@@ -245,6 +275,7 @@ def summarize(mism: list[FamilyMismatch], total: int) -> str:
 
 # ------------------------------------------------------------------------------------------------ pinned cases
 
+
 def _recs(*spec: tuple[str | None, Any, int]) -> list[dict[str, Any]]:
     return [{"key": k, "value": v, "ts": t} for k, v, t in spec]
 
@@ -254,28 +285,68 @@ PINNED_CASES: list[dict[str, Any]] = [
     dict(window=w, **p, aggregation=a, emit=e, input=inp, id=f"{name}-{e}")
     for name, w, p, a, inp in [
         # S7: the store hides [10,10] from A@15 in every/close mode; the cache does not (update)
-        ("S7-hidden", "session", {"gap_ms": 5, "grace_ms": 0}, "collect",
-         _recs(("A", "a", 10), ("A", "b", 20), ("A", "c", 15))),
+        (
+            "S7-hidden",
+            "session",
+            {"gap_ms": 5, "grace_ms": 0},
+            "collect",
+            _recs(("A", "a", 10), ("A", "b", 20), ("A", "c", 15)),
+        ),
         # S6: merge order - found sessions by ascending end, the record's value last
-        ("S6-order", "session", {"gap_ms": 5, "grace_ms": 100}, "collect",
-         _recs(("A", "b", 20), ("A", "a", 10), ("A", "c", 15))),
+        (
+            "S6-order",
+            "session",
+            {"gap_ms": 5, "grace_ms": 100},
+            "collect",
+            _recs(("A", "b", 20), ("A", "a", 10), ("A", "c", 15)),
+        ),
         # S6: a record inside a session re-forwards it (tombstone, then the new value); at a point session: none
-        ("S6-inside", "session", {"gap_ms": 10, "grace_ms": 50}, "count",
-         _recs(("A", 1, 100), ("A", 1, 108), ("A", 1, 104), ("A", 1, 200), ("A", 1, 200))),
+        (
+            "S6-inside",
+            "session",
+            {"gap_ms": 10, "grace_ms": 50},
+            "count",
+            _recs(("A", 1, 100), ("A", 1, 108), ("A", 1, 104), ("A", 1, 200), ("A", 1, 200)),
+        ),
         # S11/T11: null values are aggregated
-        ("S11-null", "session", {"gap_ms": 10, "grace_ms": 0}, "collect",
-         _recs(("A", None, 100), ("A", None, 105), (None, 1, 106))),
-        ("T11-null", "hopping", {"size_ms": 10, "advance_ms": 5, "grace_ms": 0}, "count",
-         _recs(("A", None, 12), ("A", None, 13), (None, None, 14))),
+        (
+            "S11-null",
+            "session",
+            {"gap_ms": 10, "grace_ms": 0},
+            "collect",
+            _recs(("A", None, 100), ("A", None, 105), (None, 1, 106)),
+        ),
+        (
+            "T11-null",
+            "hopping",
+            {"size_ms": 10, "advance_ms": 5, "grace_ms": 0},
+            "count",
+            _recs(("A", None, 12), ("A", None, 13), (None, None, 14)),
+        ),
         # T7: a fully late hopping record counts once per closed window (3 here), a partially late one per closed
-        ("T7-late", "hopping", {"size_ms": 30, "advance_ms": 10, "grace_ms": 0}, "count",
-         _recs(("A", 1, 100), ("A", 1, 200), ("A", 1, 150), ("A", 1, 185))),
+        (
+            "T7-late",
+            "hopping",
+            {"size_ms": 30, "advance_ms": 10, "grace_ms": 0},
+            "count",
+            _recs(("A", 1, 100), ("A", 1, 200), ("A", 1, 150), ("A", 1, 185)),
+        ),
         # T10: emit-on-close order: window start, then key bytes ("A" < "a" < "b" < "é")
-        ("T10-order", "tumbling", {"size_ms": 10, "grace_ms": 0}, "sum",
-         _recs(("é", 1, 1), ("b", 2, 3), ("a", 3, 5), ("A", 4, 9), ("b", 5, 12), ("z", 6, 25))),
+        (
+            "T10-order",
+            "tumbling",
+            {"size_ms": 10, "grace_ms": 0},
+            "sum",
+            _recs(("é", 1, 1), ("b", 2, 3), ("a", 3, 5), ("A", 4, 9), ("b", 5, 12), ("z", 6, 25)),
+        ),
         # S10: emit-on-close order: end, start, key bytes
-        ("S10-order", "session", {"gap_ms": 3, "grace_ms": 0}, "sum",
-         _recs(("b", 1, 10), ("a", 2, 10), ("a", 3, 8), ("b", 4, 30))),
+        (
+            "S10-order",
+            "session",
+            {"gap_ms": 3, "grace_ms": 0},
+            "sum",
+            _recs(("b", 1, 10), ("a", 2, 10), ("a", 3, 8), ("b", 4, 30)),
+        ),
     ]
     for e in EMITS
 ]
@@ -283,9 +354,12 @@ PINNED_CASES: list[dict[str, Any]] = [
 
 # ------------------------------------------------------------------------------------------------ CLI
 
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tests.conformance.family",
-                                description="Hunt for engine-vs-Kafka-Streams mismatches (time and session windows).")
+    p = argparse.ArgumentParser(
+        prog="python -m tests.conformance.family",
+        description="Hunt for engine-vs-Kafka-Streams mismatches (time and session windows).",
+    )
     p.add_argument("--cases", type=int, default=600)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--window", choices=FAMILY_WINDOWS, action="append")
@@ -293,8 +367,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shrink", type=int, default=2)
     p.add_argument("--json", action="store_true", help="one JSON line per mismatch on stdout")
     a = p.parse_args(argv)
-    cases = generate_family_cases(a.cases, seed=a.seed, windows=tuple(a.window or FAMILY_WINDOWS),
-                                  emits=tuple(a.emit or EMITS))
+    cases = generate_family_cases(
+        a.cases, seed=a.seed, windows=tuple(a.window or FAMILY_WINDOWS), emits=tuple(a.emit or EMITS)
+    )
     t0 = time.monotonic()
     stats: dict[str, Any] = {}
     results = run_batch(cases, stats=stats)
@@ -303,8 +378,11 @@ def main(argv: list[str] | None = None) -> int:
     for m in mism:
         if a.json:
             print(json.dumps({"case": m.case, "diffs": m.diffs, "minimal": m.minimal}))
-    print(f"{len(cases)} cases, oracle {t1 - t0:.1f} s ({stats.get('cases_per_second', 0):.0f}/s), "
-          f"{len(mism)} mismatches", file=sys.stderr)
+    print(
+        f"{len(cases)} cases, oracle {t1 - t0:.1f} s ({stats.get('cases_per_second', 0):.0f}/s), "
+        f"{len(mism)} mismatches",
+        file=sys.stderr,
+    )
     if mism and not a.json:
         print(summarize(mism, len(cases)), file=sys.stderr)
     return 1 if mism else 0

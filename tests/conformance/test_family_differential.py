@@ -37,8 +37,7 @@ def _default_retention_close_cases() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def oracle_run() -> tuple[list[dict], list[dict]]:
-    cases = (family.generate_family_cases(N_CASES, seed=SEED) + family.PINNED_CASES
-             + _default_retention_close_cases())
+    cases = family.generate_family_cases(N_CASES, seed=SEED) + family.PINNED_CASES + _default_retention_close_cases()
     return cases, run_batch(cases)
 
 
@@ -46,16 +45,19 @@ def oracle_run() -> tuple[list[dict], list[dict]]:
 @pytest.mark.parametrize("window", family.FAMILY_WINDOWS)
 def test_engine_matches_kafka_streams(window: str, emit: str, oracle_run: tuple[list[dict], list[dict]]) -> None:
     cases, results = oracle_run
-    pairs = [(c, r) for c, r in zip(cases, results) if c["window"] == window and c["emit"] == emit]
+    pairs = [(c, r) for c, r in zip(cases, results, strict=True) if c["window"] == window and c["emit"] == emit]
     assert len(pairs) >= 5
     assert sum(len(r.get("updates", ())) for _, r in pairs) > 0  # something was compared
     mism = family.differential([c for c, _ in pairs], oracle_results=[r for _, r in pairs], shrink_limit=1)
-    assert not mism, (f"window={window} emit={emit} (rerun: FAMILY_SEED={SEED} FAMILY_CASES={N_CASES}):\n"
-                      + family.summarize(mism, len(pairs)))
+    assert not mism, (
+        f"window={window} emit={emit} (rerun: FAMILY_SEED={SEED} FAMILY_CASES={N_CASES}):\n"
+        + family.summarize(mism, len(pairs))
+    )
 
 
-def test_harness_detects_a_broken_engine(monkeypatch: pytest.MonkeyPatch,
-                                         oracle_run: tuple[list[dict], list[dict]]) -> None:
+def test_harness_detects_a_broken_engine(
+    monkeypatch: pytest.MonkeyPatch, oracle_run: tuple[list[dict], list[dict]]
+) -> None:
     """The comparison is not vacuous: an engine that forgets session tombstones, or counts a late hopping record
     once instead of once per closed window, is caught."""
     cases, results = oracle_run
@@ -66,7 +68,7 @@ def test_harness_detects_a_broken_engine(monkeypatch: pytest.MonkeyPatch,
         return [u for u in updates if u["value"] is not None], summary
 
     monkeypatch.setattr(family, "run_engine", no_tombstones)
-    every = [(c, r) for c, r in zip(cases, results) if c["window"] == "session" and c["emit"] == "every"]
+    every = [(c, r) for c, r in zip(cases, results, strict=True) if c["window"] == "session" and c["emit"] == "every"]
     assert family.differential([c for c, _ in every], oracle_results=[r for _, r in every], shrink_limit=0)
 
     def once_per_record(case: dict) -> tuple[list[dict], dict]:
@@ -74,5 +76,5 @@ def test_harness_detects_a_broken_engine(monkeypatch: pytest.MonkeyPatch,
         return updates, dict(summary, dropped_records_total=summary["dropped_records_total"] // 2)
 
     monkeypatch.setattr(family, "run_engine", once_per_record)
-    hop = [(c, r) for c, r in zip(cases, results) if c["window"] == "hopping"]
+    hop = [(c, r) for c, r in zip(cases, results, strict=True) if c["window"] == "hopping"]
     assert family.differential([c for c, _ in hop], oracle_results=[r for _, r in hop], shrink_limit=0)

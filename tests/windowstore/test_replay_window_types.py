@@ -22,14 +22,28 @@ def test_tumbling_end_is_exclusive() -> None:
     code, out, err = replay(RECS, "--window", "tumbling", "--size-ms", "10", "--emit", "every", "--aggregation", "sum")
     assert code == 0, err
     assert [(u["window_start"], u["window_end"], u["value"], u["ts"]) for u in out] == [
-        (1000, 1010, 1, 1000), (1000, 1010, 3, 1004), (1030, 1040, 3, 1030)]
+        (1000, 1010, 1, 1000),
+        (1000, 1010, 3, 1004),
+        (1030, 1040, 3, 1030),
+    ]
     summary = json.loads(err.strip().splitlines()[-1])
     assert summary["records"] == 4 and summary["dropped_records_total"] == 1
 
 
 def test_hopping_with_advance_not_dividing_size() -> None:
-    code, out, _ = replay(RECS[:1], "--window", "hopping", "--size-ms", "10", "--advance-ms", "4",
-                          "--emit", "every", "--aggregation", "count")
+    code, out, _ = replay(
+        RECS[:1],
+        "--window",
+        "hopping",
+        "--size-ms",
+        "10",
+        "--advance-ms",
+        "4",
+        "--emit",
+        "every",
+        "--aggregation",
+        "count",
+    )
     assert code == 0
     assert [(u["window_start"], u["window_end"]) for u in out] == [(992, 1002), (996, 1006), (1000, 1010)]
 
@@ -45,24 +59,41 @@ def test_session_tombstone_is_a_null_value_line() -> None:
 
 
 def test_update_mode_flush_every() -> None:
-    code, out, _ = replay(RECS[:2], "--window", "tumbling", "--size-ms", "10", "--emit", "update",
-                          "--flush-every", "2", "--aggregation", "count")
+    code, out, _ = replay(
+        RECS[:2],
+        "--window",
+        "tumbling",
+        "--size-ms",
+        "10",
+        "--emit",
+        "update",
+        "--flush-every",
+        "2",
+        "--aggregation",
+        "count",
+    )
     assert code == 0 and [u["value"] for u in out] == [2]
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--window", "tumbling"], "--window tumbling needs --size-ms"),
-    (["--window", "tumbling", "--size-ms", "10", "--advance-ms", "5"], "--advance-ms does not apply to --window tumbling"),
-    (["--window", "hopping", "--size-ms", "10"], "--window hopping needs --advance-ms"),
-    (["--window", "hopping", "--size-ms", "10", "--advance-ms", "11"], "advance_ms must be no larger than size_ms"),
-    (["--window", "session"], "--window session needs --gap-ms"),
-    (["--window", "session", "--gap-ms", "5", "--size-ms", "3"], "--size-ms does not apply to --window session"),
-    (["--window", "sliding", "--gap-ms", "5", "--time-difference-ms", "3"], "--gap-ms does not apply"),
-    (["--time-difference-ms", "5", "--size-ms", "3"], "--size-ms does not apply to --window sliding"),
-    (["--window", "session", "--gap-ms", "-1"], "gap_ms must not be negative"),
-    (["--window", "weekly"], "invalid choice: 'weekly'"),
-    (["--window", "session", "--gap-ms", "5", "--flush-every", "0"], "--flush-every must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--window", "tumbling"], "--window tumbling needs --size-ms"),
+        (
+            ["--window", "tumbling", "--size-ms", "10", "--advance-ms", "5"],
+            "--advance-ms does not apply to --window tumbling",
+        ),
+        (["--window", "hopping", "--size-ms", "10"], "--window hopping needs --advance-ms"),
+        (["--window", "hopping", "--size-ms", "10", "--advance-ms", "11"], "advance_ms must be no larger than size_ms"),
+        (["--window", "session"], "--window session needs --gap-ms"),
+        (["--window", "session", "--gap-ms", "5", "--size-ms", "3"], "--size-ms does not apply to --window session"),
+        (["--window", "sliding", "--gap-ms", "5", "--time-difference-ms", "3"], "--gap-ms does not apply"),
+        (["--time-difference-ms", "5", "--size-ms", "3"], "--size-ms does not apply to --window sliding"),
+        (["--window", "session", "--gap-ms", "-1"], "gap_ms must not be negative"),
+        (["--window", "weekly"], "invalid choice: 'weekly'"),
+        (["--window", "session", "--gap-ms", "5", "--flush-every", "0"], "--flush-every must be at least 1"),
+    ],
+)
 def test_bad_flags_give_one_line_errors(args: list[str], message: str) -> None:
     code, out, err = replay(RECS, *args)
     assert code == 2 and out == []
@@ -71,7 +102,7 @@ def test_bad_flags_give_one_line_errors(args: list[str], message: str) -> None:
 
 
 def test_null_value_with_numeric_aggregation_names_the_line() -> None:
-    recs = RECS[:1] + [{"key": "A", "value": None, "ts": 1001}]
+    recs: list[dict] = [*RECS[:1], {"key": "A", "value": None, "ts": 1001}]
     code, _, err = replay(recs, "--window", "session", "--gap-ms", "5", "--aggregation", "sum")
     assert code == 2 and "line 2" in err and "null value" in err
     code, out, _ = replay(recs, "--window", "session", "--gap-ms", "5", "--aggregation", "count", "--emit", "every")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -31,17 +34,28 @@ def test_definition() -> None:  # S1
 def test_bridging_record_merges_and_tombstones_both() -> None:  # S2, S6, S8
     p = SessionWindowProcessor(SessionWindows(5, 100), Collect(), "every")
     assert _run(p, [("A", "a", 10), ("A", "b", 12), ("A", "c", 20), ("A", "d", 24), ("A", "e", 16)])[-3:] == [
-        ("A", 10, 12, None, 12), ("A", 20, 24, None, 24), ("A", 10, 24, ["a", "b", "c", "d", "e"], 24)]
+        ("A", 10, 12, None, 12),
+        ("A", 20, 24, None, 24),
+        ("A", 10, 24, ["a", "b", "c", "d", "e"], 24),
+    ]
 
 
 def test_store_hides_old_session_but_cache_does_not() -> None:  # S7
     recs = [("A", "a", 10), ("A", "b", 20), ("A", "c", 15)]
     every = _run(SessionWindowProcessor(SessionWindows(5, 0), Collect(), "every"), recs)
-    assert every == [("A", 10, 10, ["a"], 10), ("A", 20, 20, ["b"], 20), ("A", 20, 20, None, 20),
-                     ("A", 15, 20, ["b", "c"], 20)]
+    assert every == [
+        ("A", 10, 10, ["a"], 10),
+        ("A", 20, 20, ["b"], 20),
+        ("A", 20, 20, None, 20),
+        ("A", 15, 20, ["b", "c"], 20),
+    ]
     update = _run(SessionWindowProcessor(SessionWindows(5, 0), Collect(), "update"), recs)
-    assert update == [("A", 10, 10, ["a"], 10), ("A", 20, 20, ["b"], 20), ("A", 20, 20, None, 20),
-                      ("A", 10, 20, ["a", "b", "c"], 20)]  # no tombstone for [10,10]: the store hides it
+    assert update == [
+        ("A", 10, 10, ["a"], 10),
+        ("A", 20, 20, ["b"], 20),
+        ("A", 20, 20, None, 20),
+        ("A", 10, 20, ["a", "b", "c"], 20),
+    ]  # no tombstone for [10,10]: the store hides it
 
 
 def test_merge_order_is_ascending_end_then_record() -> None:  # S6
@@ -61,14 +75,18 @@ def test_record_inside_session_reforwards_point_session_does_not() -> None:  # S
 def test_late_record_and_null_handling() -> None:  # S5, S9, S11
     p = SessionWindowProcessor(SessionWindows(5, 0), Count(), "every")
     assert _run(p, [("A", None, 100), (None, 1, 200), ("A", 1, 120), ("A", 1, 110)]) == [
-        ("A", 100, 100, 1, 100), ("A", 120, 120, 1, 120)]
+        ("A", 100, 100, 1, 100),
+        ("A", 120, 120, 1, 120),
+    ]
     assert p.stats.dropped_records_total == 2 and p.stats.dropped_late == 1
 
 
 def test_close_mode_order_and_no_tombstones() -> None:  # S10
     p = SessionWindowProcessor(SessionWindows(3, 0), Sum(), "close")
     assert _run(p, [("b", 1, 10), ("a", 2, 10), ("a", 3, 8), ("b", 4, 30)]) == [
-        ("a", 8, 10, 5, 10), ("b", 10, 10, 1, 10)]
+        ("a", 8, 10, 5, 10),
+        ("b", 10, 10, 1, 10),
+    ]
 
 
 def test_close_mode_loses_session_in_dropped_segment() -> None:  # S7, S10
@@ -80,21 +98,32 @@ def test_close_mode_loses_session_in_dropped_segment() -> None:  # S7, S10
     assert out == [("A", base + 10, base + 10, 1, base + 10)]
 
 
-@pytest.mark.parametrize("agg,values,expected", [
-    (Count(), [1, 2, 3], 3), (Sum(), [1, 2.5, 3], 6.5), (Min(), [3, 1, 2], 1), (Max(), [3, 1, 2], 3),
-    (Mean(), [1, 2, 6], 3.0), (First(), ["x", "y", "z"], "x"), (Last(), ["x", "y", "z"], "z"),
-    (Collect(), [1, 2, 3], [1, 2, 3]), (Variance(), [1, 2, 3, 4], 1.25),
-    (parse_aggregations("count,max"), [1, 5, 2], {"count": 3, "max": 5}),
-])
-def test_merger_equals_one_pass(agg, values, expected) -> None:  # S6
+@pytest.mark.parametrize(
+    "agg,values,expected",
+    [
+        (Count(), [1, 2, 3], 3),
+        (Sum(), [1, 2.5, 3], 6.5),
+        (Min(), [3, 1, 2], 1),
+        (Max(), [3, 1, 2], 3),
+        (Mean(), [1, 2, 6], 3.0),
+        (First(), ["x", "y", "z"], "x"),
+        (Last(), ["x", "y", "z"], "z"),
+        (Collect(), [1, 2, 3], [1, 2, 3]),
+        (Variance(), [1, 2, 3, 4], 1.25),
+        (parse_aggregations("count,max"), [1, 5, 2], {"count": 3, "max": 5}),
+    ],
+)
+def test_merger_equals_one_pass(agg: Any, values: list, expected: Any) -> None:  # S6
     merge = session_merger(agg)
     left = agg.accumulate(agg.create(), values[0])
     right = agg.create()
     for v in values[1:]:
         right = agg.accumulate(right, v)
-    assert agg.finish(merge(merge(agg.create(), left), right)) == pytest.approx(expected) if isinstance(
-        expected, float) else agg.finish(merge(merge(agg.create(), left), right)) == expected
-    assert is_tombstone  # exported helper
+    assert (
+        agg.finish(merge(merge(agg.create(), left), right)) == pytest.approx(expected)
+        if isinstance(expected, float)
+        else agg.finish(merge(merge(agg.create(), left), right)) == expected
+    )
 
 
 records = st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 9), st.integers(0, 200)), max_size=40)
@@ -119,15 +148,16 @@ def test_property_update_mode_sessions_are_separated_by_more_than_gap(gap: int, 
     cached = {(k, s, e): c for k, s, e, _acc, c in state["sessions"]}
     for key in {k for k, _, _ in cached}:
         spans = sorted((s, e) for k, s, e in cached if k == key)
-        for (s1, e1), (s2, _e2) in zip(spans, spans[1:]):
+        for (_s1, e1), (s2, _e2) in itertools.pairwise(spans):
             assert s2 - e1 > gap
     for sk, count in cached.items():
         assert live.get(sk) == count
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.integers(0, 20), st.integers(0, 30), records, st.integers(0, 40),
-       st.sampled_from(["every", "update", "close"]))
+@given(
+    st.integers(0, 20), st.integers(0, 30), records, st.integers(0, 40), st.sampled_from(["every", "update", "close"])
+)
 def test_property_export_restore_continues_identically(gap: int, grace: int, recs: list, cut: int, emit: str) -> None:
     w = SessionWindows(gap, grace)
     whole = SessionWindowProcessor(w, Sum(), emit)

@@ -37,7 +37,11 @@ def test_every_mode_forwards_each_write_in_start_order_with_max_timestamp() -> N
     p = TimeWindowProcessor(TimeWindows(10, 5), Collect(), "every")
     out = p.process("k", "a", 12) + p.process("k", "b", 11)
     assert [(u.start, u.end, u.value, u.ts) for u in out] == [
-        (5, 15, ["a"], 12), (10, 20, ["a"], 12), (5, 15, ["a", "b"], 12), (10, 20, ["a", "b"], 12)]
+        (5, 15, ["a"], 12),
+        (10, 20, ["a"], 12),
+        (5, 15, ["a", "b"], 12),
+        (10, 20, ["a", "b"], 12),
+    ]
 
 
 def test_late_record_counts_once_per_closed_window() -> None:  # T5, T7
@@ -70,15 +74,22 @@ def test_close_mode_order_is_start_then_key_bytes() -> None:  # T10
     out = []
     for k, v, t in [("é", 1, 1), ("b", 2, 3), ("a", 3, 5), ("A", 4, 9), ("b", 5, 12), ("z", 6, 25)]:
         out += p.process(k, v, t)
-    assert [(u.key, u.start, u.value) for u in out] == [("A", 0, 4), ("a", 0, 3), ("b", 0, 2), ("é", 0, 1),
-                                                         ("b", 10, 5)]
+    assert [(u.key, u.start, u.value) for u in out] == [
+        ("A", 0, 4),
+        ("a", 0, 3),
+        ("b", 0, 2),
+        ("é", 0, 1),
+        ("b", 10, 5),
+    ]
 
 
-records = st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(-5, 5), st.integers(0, 300)),
-                   max_size=40)
+records = st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(-5, 5), st.integers(0, 300)), max_size=40)
 definitions = st.builds(
     lambda size, k, grace: TimeWindows(size, max(1, size // k), grace),
-    st.integers(1, 40), st.integers(1, 6), st.integers(0, 30))
+    st.integers(1, 40),
+    st.integers(1, 6),
+    st.integers(0, 30),
+)
 
 
 def _brute_force(w: TimeWindows, recs: list) -> dict:
@@ -100,7 +111,7 @@ def _brute_force(w: TimeWindows, recs: list) -> dict:
 def test_property_every_update_close_agree_with_definition(w: TimeWindows, recs: list) -> None:
     """every: last write per window = definition; update (any flush cadence): same final values; close: each
     window once, with its final value, once stream time passes its end + grace."""
-    expected = {key: vals for key, vals in _brute_force(w, recs).items()}
+    expected = _brute_force(w, recs)
     finals: dict = {}
     p = TimeWindowProcessor(w, Collect(), "every")
     for k, v, t in recs:
