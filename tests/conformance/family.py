@@ -339,6 +339,14 @@ PINNED_CASES: list[dict[str, Any]] = [
             "sum",
             _recs(("é", 1, 1), ("b", 2, 3), ("a", 3, 5), ("A", 4, 9), ("b", 5, 12), ("z", 6, 25)),
         ),
+        # S10: a session lost to a dropped segment: [B+30] is in the segment the jump to B+400000 drops
+        (
+            "S10-lost",
+            "session",
+            {"gap_ms": 5, "grace_ms": 0},
+            "count",
+            _recs(("A", 1, 1_763_999_940_010), ("A", 1, 1_763_999_940_030), ("A", 1, 1_764_000_340_000)),
+        ),
         # S10: emit-on-close order: end, start, key bytes
         (
             "S10-order",
