@@ -50,7 +50,7 @@ def cells() -> list[tuple[str, object]]:
         ("hopping 10 win/rec", lambda emit: TimeWindowProcessor(TimeWindows(10 * adv, adv, 100), Count(), emit)),
         ("hopping 100 win/rec", lambda emit: TimeWindowProcessor(TimeWindows(100 * adv, adv, 100), Count(), emit)),
         ("hopping 1000 win/rec", lambda emit: TimeWindowProcessor(TimeWindows(1000 * adv, adv, 100), Count(), emit)),
-        ("session gap 50 ms", lambda emit: SessionWindowProcessor(SessionWindows(50, 100), Count(), emit)),
+        ("session gap 5 ms", lambda emit: SessionWindowProcessor(SessionWindows(5, 100), Count(), emit)),
         ("session gap 10 s", lambda emit: SessionWindowProcessor(SessionWindows(10_000, 100), Count(), emit)),
     ]
 
