@@ -3,8 +3,8 @@
     .venv/bin/python bench/window_types_bench.py [--seconds S] [--keys K]
 
 Cells: sliding (td = 10 records per window, for reference), tumbling, hopping at 10 / 100 / 1,000 windows per
-record (size / advance), short sessions (gap 50 ms: a session every few records) and long sessions (gap 10 s: one
-session per key for the whole run), each in update mode (flush every 50,000 records, as a micro-batch) and
+record (size / advance), short sessions (gap 5 ms: a key's records come 10 ms apart, so mostly one record per
+session) and long sessions (gap 10 s: one session per key for the whole run), each in update mode (flush every 50,000 records, as a micro-batch) and
 every mode. 100 keys, one record per key every 10 ms of event time, 10% displaced by up to 50 ms (inside grace:
 nothing late), count. rec/s = records per CPU-second of this process; ``out/rec`` = updates emitted per record.
 The batch paths per type (frames for hopping, one-pass session merging) do not exist yet: this prints the record
