@@ -2,7 +2,8 @@
 # Images for the compose run (tests/deploy/test_compose_run.py) that no registry serves here, built on the Debian
 # base of deploy/docker/build-base.sh from the same Maven jars and Debian packages the tests use:
 #   slidingwindow-test/kafka, slidingwindow-test/schema-registry, slidingwindow-test/prometheus  (tag: local)
-# Existing images are kept (delete them to rebuild). PYTHON=... is the project's interpreter (Kafka's jars).
+# An image is kept while its build context is unchanged (a label holds the context's hash): rebuilt only when a
+# file of it (or a Kafka jar, or the base) changes. PYTHON=... is the project's interpreter (Kafka's jars).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -13,10 +14,14 @@ ctx=$(mktemp -d /tmp/slidingwindow-compose-images.XXXXXX)
 trap 'rm -rf "$ctx"' EXIT
 
 build() {  # name, context
-    local tag=slidingwindow-test/$1:local
-    if docker image inspect "$tag" >/dev/null 2>&1; then return; fi
+    local tag=slidingwindow-test/$1:local sum
+    sum=$( (cd "$2" && find . -type f -print0 | sort -z | xargs -0 sha256sum; docker image inspect -f '{{.Id}}' "$base") \
+        | sha256sum | cut -c1-16)
+    if [ "$(docker image inspect -f '{{index .Config.Labels "slidingwindow.context"}}' "$tag" 2>/dev/null)" = "$sum" ]; then
+        return
+    fi
     local t0; t0=$(date +%s)
-    docker build -q --network host --build-arg "BASE_IMAGE=$base" -t "$tag" "$2" >/dev/null
+    docker build -q --network host --build-arg "BASE_IMAGE=$base" --label "slidingwindow.context=$sum" -t "$tag" "$2" >/dev/null
     echo "build-images.sh: $tag built in $(( $(date +%s) - t0 ))s" >&2
 }
 
