@@ -192,7 +192,14 @@ def serve(port: int) -> None:
     """Expose ``/metrics`` on ``port`` (0: do nothing)."""
     set_build_info()
     if port:
-        start_http_server(port, registry=REGISTRY)
+        try:
+            start_http_server(port, registry=REGISTRY)
+        except OSError as e:
+            from service.settings import SettingsError
+
+            raise SettingsError("metrics_port", f"cannot serve /metrics on port {port}: {e.strerror or e} (in use "
+                                                "by another process? choose another port, or 0 to turn it "
+                                                "off)") from None
         logger.info("metrics on http://0.0.0.0:%d/metrics", port)
 
 
