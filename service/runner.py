@@ -203,6 +203,16 @@ def _listener(on_batch: Callable[[BatchReport], None], lag: metrics.LagPoller | 
     return Listener()
 
 
+def _failure_line(text: str) -> str:
+    """The line of a query failure that says what happened: a task's :class:`~service.processing.
+    ProcessingFailure` (partition and offset of the record) when there is one, else the first line."""
+    lines = text.splitlines()
+    for line in lines:
+        if "ProcessingFailure: " in line:
+            return line[line.index("ProcessingFailure: ") + len("ProcessingFailure: "):].strip()
+    return lines[0] if lines else ""
+
+
 def run(
     settings: Settings,
     *,
@@ -246,6 +256,6 @@ def run(
         lag.stop()
     spark.stop()
     if exc is not None:
-        logger.error("the streaming query failed: %s", str(exc).splitlines()[0] if str(exc) else exc)
+        logger.error("the streaming query failed: %s", _failure_line(str(exc)) or exc)
         return 1
     return 0
