@@ -10,15 +10,16 @@ needs a number. Anything else is *bad* and gets one reason code (the ``error`` h
 ``undecodable-value``  not UTF-8 JSON / not the Schema Registry wire format / corrupt Avro body
 ``unknown-schema``     the wire format names a schema id the registry does not know
 ``schema-mismatch``    not a JSON object / Avro record, or an aggregated field is missing or has the wrong type
+                       (a number for sum/min/max/mean/variance/stddev; a string, number, boolean or null for
+                       first/last/collect - what the changelog's Avro schema holds)
 ``null-key``           no Kafka key / the key field is missing or null
 ``undecodable-key``    the Kafka key is not UTF-8, or the key field is not a string or integer
 ``missing-timestamp``  the timestamp field is missing or null
 ``invalid-timestamp``  the event time is negative or not an integer
 ``timestamp-out-of-range``  the event time is beyond 9999-12-31T23:59:59.999Z (:data:`MAX_TIMESTAMP_MS`)
-``number-out-of-range``  an integer in a numeric aggregated field is outside int64 (``-2**63 .. 2**63-1``)
-``non-finite-number``  a numeric aggregated field is NaN or an infinity (JSON ``NaN``, ``Infinity``, ``1e999``)
-``value-too-deep``     JSON nested deeper than the parser's stack, or a field that first/last/collect keep
-                       nests deeper than :data:`MAX_DEPTH` levels
+``number-out-of-range``  an integer in an aggregated field is outside int64 (``-2**63 .. 2**63-1``)
+``non-finite-number``  an aggregated field is NaN or an infinity (JSON ``NaN``, ``Infinity``, ``1e999``)
+``value-too-deep``     JSON nested deeper than the parser's stack (about 1,000 levels)
 ``value-too-large``    the value is larger than :data:`MAX_VALUE_BYTES`
 =====================  =====================================================================================
 
@@ -53,7 +54,6 @@ __all__ = [
     "InputDecoder",
     "REASONS",
     "MAX_TIMESTAMP_MS",
-    "MAX_DEPTH",
     "MAX_VALUE_BYTES",
     "INT64_MIN",
     "INT64_MAX",
@@ -83,8 +83,6 @@ REASONS = (
 MAX_TIMESTAMP_MS = 253_402_300_799_999
 #: the integer range of a numeric aggregated field (int64, what the changelog's Avro ``long`` holds)
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
-#: how deep a value may nest (objects/arrays in objects ...): the top-level object is depth 1
-MAX_DEPTH = 64
 #: the largest value, in bytes (a broker's default message.max.bytes is about this)
 MAX_VALUE_BYTES = 1 << 20
 
@@ -194,24 +192,6 @@ class BadRecord(ValueError):
         self.missing_field = missing_field
 
 
-def _depth(value: Any, limit: int = MAX_DEPTH) -> int:
-    """How deep ``value`` nests (a scalar: 0, ``{}``/``[]``: 1, ``{"a": [1]}``: 2), counted up to ``limit + 1``
-    (iterative: a value nested deeper than the interpreter's stack is no problem here)."""
-    if not isinstance(value, (dict, list, tuple)):
-        return 0
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        v, d = stack.pop()
-        if d > deepest:
-            deepest = d
-            if deepest > limit:
-                return deepest
-        children = v.values() if isinstance(v, dict) else v
-        stack.extend((c, d + 1) for c in children if isinstance(c, (dict, list, tuple)))
-    return deepest
-
-
 def check_number(name: str, v: Any) -> None:
     """Raise :class:`BadRecord` unless ``v`` (field ``name`` of a numeric aggregation) is a number the engine
     aggregates exactly: an int within int64, a finite float or Decimal (not a bool)."""
@@ -284,8 +264,7 @@ class InputDecoder:
         except (ValueError, TypeError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise BadRecord("undecodable-value", f"not UTF-8 JSON: {e}") from None
         except RecursionError:
-            raise BadRecord("value-too-deep", f"JSON nested deeper than the parser's limit "
-                                              f"(more than {MAX_DEPTH} levels are not accepted)") from None
+            raise BadRecord("value-too-deep", "JSON nested deeper than the parser's limit") from None
 
     def _avro_value(self, data: bytes) -> Any:
         try:
@@ -363,10 +342,14 @@ class InputDecoder:
         for name, numeric in spec.fields:
             if name not in obj:
                 raise BadRecord("schema-mismatch", f"field {name!r} is missing", missing_field=name)
+            v = obj[name]
             if numeric:
-                check_number(name, obj[name])
-            elif _depth(obj[name]) > MAX_DEPTH:
-                raise BadRecord("value-too-deep", f"field {name!r} nests more than {MAX_DEPTH} levels deep")
+                check_number(name, v)
+            elif type(v) in (int, float):
+                check_number(name, v)
+            elif not (v is None or isinstance(v, (str, bool, int, float, decimal.Decimal))):
+                raise BadRecord("schema-mismatch", f"field {name!r} must be a string, number, boolean or null, "
+                                                   f"got {type(v).__name__}")
         return k, obj, t
 
     def decode_batch(
@@ -475,14 +458,18 @@ class InputDecoder:
                 return None
             if numeric and not _exact_numbers(col, kinds):
                 return None
-            if not numeric and not kinds <= _SCALARS:
-                return None  # nested values: the record path checks their depth
+            if not numeric:
+                if not kinds <= _SCALARS:
+                    return None  # objects, arrays: the record path dead-letters them
+                nums = kinds & {int, float}
+                if nums and not _exact_numbers([v for v in col if type(v) in nums], nums):
+                    return None
             cols[name] = col
         return Decoded(list(range(n)), ks, objs, ts,
                        {f: cols[f] if f in cols else list(map(operator.itemgetter(f), objs)) for f in fields})
 
 
-#: value types that cannot nest
+#: the JSON value types first/last/collect keep (what the changelog's Avro schema holds)
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
