@@ -255,7 +255,9 @@ class TaskRunner:
 
         # dead letters, then late records, then the changelog (each in input/emission order)
         for i, reason, message in bad:
-            out.add("dlq", cfg.dead_letter_topic, keys[i], values[i],
+            # a value over the size limit is not copied (it may not fit a record); the headers say where it is
+            value = None if reason == "value-too-large" else values[i]
+            out.add("dlq", cfg.dead_letter_topic, keys[i], value,
                     dead_letter_headers(reason, message, topic, partition, offsets[i], timestamps[i]))
             stats[dead_letter_stat(reason)] += 1
         self._check_missing_fields(stats, n, topic, partition)
