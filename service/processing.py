@@ -862,12 +862,12 @@ def _run_isolating(
                    failed[0][1])
     proc, source = restored()
     out = run(proc, kept)
-    for j, e in failed:
-        cls = type(e)
+    for j, err in failed:
+        cls = type(err)
         out.add("dlq", cfg.dead_letter_topic, keys[j], values[j], dead_letter_headers(
-            "processing-error", f"{cls.__name__}: {e}", topic, partition, offsets[j], timestamps[j],
+            "processing-error", f"{cls.__name__}: {err}", topic, partition, offsets[j], timestamps[j],
             exception=f"{cls.__module__}.{cls.__qualname__}",
-            stacktrace="".join(traceback.format_exception(cls, e, e.__traceback__))))
+            stacktrace="".join(traceback.format_exception(cls, err, err.__traceback__))))
     s = out.stats
     s["records"] = len(offsets)
     s["max_offset"] = int(offsets[-1])
