@@ -390,7 +390,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                   "help": f"{spec.help} (default: {default!s} | env {env})"}
         choices = {"starting_offsets": STARTING_OFFSETS, "input_format": INPUT_FORMATS,
                    "changelog_format": OUTPUT_FORMATS, "changelog_key_format": KEY_FORMATS, "emit": EMIT_MODES,
-                   "sink": SINKS}
+                   "sink": SINKS, "processing_exception_handler": PROCESSING_EXCEPTION_HANDLERS}
         if f.name in choices:
             kwargs["metavar"] = "{" + ",".join(choices[f.name]) + "}"
         if f.type in (bool, "bool"):
