@@ -59,7 +59,7 @@ def _wait_gone(procs: dict[int, str], timeout: float) -> dict[int, str]:
 
 DEMO_LIKE_PARENT = """
 import sys, time
-from service.demo import spawn_child
+from devtools.demo import spawn_child
 child = spawn_child([sys.executable, "-c", "import time; time.sleep(600)"], None)
 print(child.pid, flush=True)
 time.sleep(600)
@@ -92,7 +92,7 @@ def _free_port() -> int:
 @pytest.mark.parametrize("how", ["SIGHUP", "closed-pipe", "SIGKILL"])
 def test_the_demo_stops_what_it_started_however_it_ends(how, kafka_bootstrap, tmp_path):
     env = {**os.environ, "DEMO_METRICS_PORT": str(_free_port())}
-    demo = subprocess.Popen([sys.executable, "-m", "service.demo", "--bootstrap-servers", kafka_bootstrap,
+    demo = subprocess.Popen([sys.executable, "-m", "devtools.demo", "--bootstrap-servers", kafka_bootstrap,
                              "--state-dir", str(tmp_path / "demo"), "--rate", "20", "--refresh", "0.5"],
                             cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                             start_new_session=True)

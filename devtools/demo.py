@@ -1,6 +1,6 @@
 """``make demo``: a local broker, a payments producer, the service, and a live view until Ctrl-C.
 
-1. starts the local Kafka broker (``connectors.local_broker``, data in ``var/demo/kafka``) unless
+1. starts the local Kafka broker (:mod:`devtools.local_broker`, data in ``var/demo/kafka``) unless
    ``--bootstrap-servers`` points at a running one;
 2. creates the ``payments`` topic (3 partitions);
 3. produces payments per account at a steady rate, with event times that are sometimes out of order (inside the
@@ -19,6 +19,7 @@ parent-death signal (Linux ``prctl(PR_SET_PDEATHSIG, SIGTERM)``, :func:`spawn_ch
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import ctypes.util
 import json
@@ -38,7 +39,6 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parent.parent
 TOPIC = "payments"
 OUT, LATE, DLQ = "payments-windows", "payments-late", "payments-dlq"
 TD_MS, GRACE_MS = 10_000, 5_000
@@ -74,8 +74,11 @@ class Producer(threading.Thread):
             self.sent["malformed"] += 1
             bad = rnd.choice([b"\xff not json", b'{"amount": "12.50"}', b'{"currency": "EUR"}'])
             return account.encode(), bad, ts
-        value = {"account": account, "amount": rnd.choice([5, 10, 20, 50, 100, 250]) + rnd.randint(0, 99),
-                 "currency": "EUR"}
+        value = {
+            "account": account,
+            "amount": rnd.choice([5, 10, 20, 50, 100, 250]) + rnd.randint(0, 99),
+            "currency": "EUR",
+        }
         return account.encode(), json.dumps(value).encode(), ts
 
     def run(self) -> None:
@@ -100,8 +103,14 @@ class OutputWatcher(threading.Thread):
         super().__init__(name="demo-watcher", daemon=True)
         from confluent_kafka import Consumer
 
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"demo-watch-{os.getpid()}",
-                                  "auto.offset.reset": "latest", "enable.auto.commit": False})
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"demo-watch-{os.getpid()}",
+                "auto.offset.reset": "latest",
+                "enable.auto.commit": False,
+            }
+        )
         self.consumer.subscribe([OUT, LATE, DLQ])
         self.counts = {OUT: 0, LATE: 0, DLQ: 0}
         self.recent: deque[dict[str, Any]] = deque(maxlen=4)
@@ -111,16 +120,16 @@ class OutputWatcher(threading.Thread):
     def run(self) -> None:
         while not self.stop_event.is_set():
             for m in self.consumer.consume(500, timeout=0.5):
-                if m.error():
+                topic, value = m.topic(), m.value()
+                if m.error() or topic is None:
                     continue
-                self.counts[m.topic()] = self.counts.get(m.topic(), 0) + 1
-                if m.topic() == OUT:
-                    try:
-                        self.recent.append(json.loads(m.value()))
-                    except ValueError:
-                        pass
-                elif m.topic() == DLQ:
-                    reason = dict(m.headers() or []).get("error", b"?").decode()
+                self.counts[topic] = self.counts.get(topic, 0) + 1
+                if topic == OUT and value is not None:
+                    with contextlib.suppress(ValueError):
+                        self.recent.append(json.loads(value))
+                elif topic == DLQ:
+                    raw = dict(m.headers() or []).get("error") or b"?"
+                    reason = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
                     self.dlq_reasons[reason] = self.dlq_reasons.get(reason, 0) + 1
         self.consumer.close()
 
@@ -160,7 +169,7 @@ def _die_with_parent(parent: int) -> Callable[[], None]:
     return arm
 
 
-def spawn_child(cmd: list[str], log: Any, cwd: Path = ROOT) -> subprocess.Popen[bytes]:
+def spawn_child(cmd: list[str], log: Any, cwd: Path | None = None) -> subprocess.Popen[bytes]:
     """Start ``cmd`` in its own session (the terminal's Ctrl-C goes to the demo, which stops it in order), its
     output to ``log``, and with a parent-death signal: it gets SIGTERM (and stops gracefully) when the demo
     process dies, however it dies."""
@@ -220,16 +229,24 @@ def _stop_all(service: subprocess.Popen[bytes] | None, broker: Any, producer: An
             logger.exception("stopping the demo broker failed")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m service.demo", description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, *, prog: str = "python -m devtools.demo") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap-servers", default="", help="use this broker instead of starting one")
-    parser.add_argument("--port", type=int, default=int(os.environ.get("DEMO_KAFKA_PORT", "19092")),
-                        help="port of the demo broker (default 19092)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("DEMO_KAFKA_PORT", "19092")),
+        help="port of the demo broker (default 19092)",
+    )
     parser.add_argument("--rate", type=float, default=200.0, help="events per second (default 200)")
     parser.add_argument("--accounts", type=int, default=50)
-    parser.add_argument("--fresh", action="store_true", help="delete var/demo first (new topics and state)")
-    parser.add_argument("--state-dir", default=str(ROOT / "var" / "demo"),
-                        help="where the broker's data, the checkpoint and the service log go (default var/demo)")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path("var") / "demo",
+        help="broker data, checkpoint and service log (default var/demo under the working directory)",
+    )
+    parser.add_argument("--fresh", action="store_true", help="delete the state dir first (new topics and state)")
     parser.add_argument("--refresh", type=float, default=3.0, help="seconds between status lines")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -247,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
 
-    var = Path(args.state_dir)
+    var = args.state_dir.resolve()
     broker: Any = None
     service: subprocess.Popen[bytes] | None = None
     producer: Producer | None = None
@@ -261,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         var.mkdir(parents=True, exist_ok=True)
         bootstrap = args.bootstrap_servers
         if not bootstrap:
-            from connectors.local_broker import LocalKafkaBroker
+            from devtools.local_broker import LocalKafkaBroker
 
             say(f"starting the local Kafka broker on port {args.port} (data in {var / 'kafka'}) ...")
             broker = LocalKafkaBroker(args.port, data_dir=var / "kafka")
@@ -279,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                "--trigger-interval", "2s", "--checkpoint-dir", str(checkpoint), "--state-partitions", "2",
                "--metrics-port", os.environ.get("DEMO_METRICS_PORT", "9108")]  # fmt: skip
         say("starting the service:", " ".join(cmd[1:]), f"\n  (log: {log_path})")
-        log = open(log_path, "ab")
+        log = open(log_path, "ab")  # noqa: SIM115 - the service writes to it until the finally below closes it
         service = spawn_child(cmd, log)
         say(f"service pid {service.pid}")
         producer = Producer(bootstrap, args.rate, args.accounts)
@@ -299,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         _stop_all(service, broker, producer, watcher)
         if log is not None:
             log.close()
-        say("stopped (state kept in var/demo: run `make demo` again to resume, or DEMO_ARGS=--fresh).")
+        say(f"stopped (state kept in {var}: run `make demo` again to resume, or DEMO_ARGS=--fresh).")
     return rc
 
 
