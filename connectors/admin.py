@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["TopicSpec", "ensure_topics", "partition_counts", "end_offsets", "AdminError"]
 
@@ -35,7 +36,8 @@ class _DebugLog:
 def _admin(config: Mapping[str, str]):
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"logger": _DebugLog(), **dict(config)})
+    settings: dict[str, Any] = {"logger": _DebugLog(), **dict(config)}  # librdkafka also takes a logger
+    return AdminClient(settings)
 
 
 def partition_counts(config: Mapping[str, str], topics: Sequence[str], timeout: float = 30.0) -> dict[str, int]:

@@ -343,9 +343,7 @@ class InputDecoder:
             if name not in obj:
                 raise BadRecord("schema-mismatch", f"field {name!r} is missing", missing_field=name)
             v = obj[name]
-            if numeric:
-                check_number(name, v)
-            elif type(v) in (int, float):
+            if numeric or type(v) in (int, float):
                 check_number(name, v)
             elif not (v is None or isinstance(v, (str, bool, int, float, decimal.Decimal))):
                 raise BadRecord("schema-mismatch", f"field {name!r} must be a string, number, boolean or null, "
@@ -486,7 +484,7 @@ def _exact_numbers(col: list[Any], kinds: set[type]) -> bool:
             return False
         if not np.isfinite(arr).all():
             return False
-    return INT64_MIN <= min(col) and max(col) <= INT64_MAX
+    return min(col) >= INT64_MIN and max(col) <= INT64_MAX
 
 
 def _sizes_ok(values: Sequence[Any]) -> bool:

@@ -173,8 +173,15 @@ def spawn_child(cmd: list[str], log: Any, cwd: Path | None = None) -> subprocess
     """Start ``cmd`` in its own session (the terminal's Ctrl-C goes to the demo, which stops it in order), its
     output to ``log``, and with a parent-death signal: it gets SIGTERM (and stops gracefully) when the demo
     process dies, however it dies."""
-    return subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
+    return subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=_die_with_parent(os.getpid()),
+    )
 
 
 class _Console:
@@ -217,15 +224,13 @@ def _stop_all(service: subprocess.Popen[bytes] | None, broker: Any, producer: An
         except (subprocess.TimeoutExpired, OSError):
             pass
     if service is not None:
-        try:
-            os.killpg(service.pid, signal.SIGKILL)  # whatever of its group is left (JVM, Python workers)
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):  # whatever of its group is left (JVM, Python workers)
+            os.killpg(service.pid, signal.SIGKILL)
         service.wait()
     if broker is not None:
         try:
             broker.stop()
-        except Exception:  # noqa: BLE001 - clean-up goes on
+        except Exception:  # clean-up goes on
             logger.exception("stopping the demo broker failed")
 
 
@@ -303,8 +308,10 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m devtools.demo"
         watcher = OutputWatcher(bootstrap)
         producer.start()
         watcher.start()
-        say(f"producing ~{args.rate:.0f} payments/s for {args.accounts} accounts to '{TOPIC}'; "
-            f"windows: {TD_MS // 1000}s sliding, grace {GRACE_MS // 1000}s. Ctrl-C to stop.\n")
+        say(
+            f"producing ~{args.rate:.0f} payments/s for {args.accounts} accounts to '{TOPIC}'; "
+            f"windows: {TD_MS // 1000}s sliding, grace {GRACE_MS // 1000}s. Ctrl-C to stop.\n"
+        )
         watching = True
         if not stop.is_set():
             rc = _watch(stop, say, args.refresh, service, producer, watcher, bootstrap, checkpoint, log_path)
@@ -320,8 +327,17 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m devtools.demo"
     return rc
 
 
-def _watch(stop: threading.Event, say: Callable[..., None], refresh: float, service: subprocess.Popen[bytes],
-           producer: Producer, watcher: OutputWatcher, bootstrap: str, checkpoint: Path, log_path: Path) -> int:
+def _watch(
+    stop: threading.Event,
+    say: Callable[..., None],
+    refresh: float,
+    service: subprocess.Popen[bytes],
+    producer: Producer,
+    watcher: OutputWatcher,
+    bootstrap: str,
+    checkpoint: Path,
+    log_path: Path,
+) -> int:
     """The status lines, every ``refresh`` seconds until ``stop`` is set (0) or the service exits (1)."""
     t0 = time.monotonic()
     last = (0, 0, t0)
@@ -339,14 +355,18 @@ def _watch(stop: threading.Event, say: Callable[..., None], refresh: float, serv
         except Exception:
             lag = None
         state = "starting Spark ..." if lag is None else f"lag {lag}"
-        say(f"[{now - t0:6.0f}s] events in {sent} ({rate_in:.0f}/s; {producer.sent['out_of_order']} out of "
+        say(
+            f"[{now - t0:6.0f}s] events in {sent} ({rate_in:.0f}/s; {producer.sent['out_of_order']} out of "
             f"order, {producer.sent['late']} late, {producer.sent['malformed']} malformed) | window updates "
             f"out {out} ({rate_out:.0f}/s) | late topic {watcher.counts[LATE]} | dead letters "
-            f"{watcher.counts[DLQ]} {watcher.dlq_reasons or ''} | {state}")
+            f"{watcher.counts[DLQ]} {watcher.dlq_reasons or ''} | {state}"
+        )
         for u in list(watcher.recent)[-2:]:
-            say(f"           {u['key']} [{u['window_start']}..{u['window_end']}] "
+            say(
+                f"           {u['key']} [{u['window_start']}..{u['window_end']}] "
                 f"count={u['aggregates'].get('count')} sum={u['aggregates'].get('sum_amount')} "
-                f"max={u['aggregates'].get('max_amount')}")
+                f"max={u['aggregates'].get('max_amount')}"
+            )
     return 0
 
 

@@ -712,7 +712,7 @@ def process_task_batch(
             out = runner.run(proc, topic, partition, offsets, keys, values, timestamps, emit_time_ms)
         except SchemaRegistryUnavailable:
             raise  # not a record's fault: the batch fails and Spark retries it
-        except Exception as exc:  # noqa: BLE001 - the processing exception handler
+        except Exception as exc:  # the processing exception handler
             source.release()
             proc, source, out = _run_isolating(runner, state, meta, n_buckets, cur, topic, partition, offsets,
                                                keys, values, timestamps, emit_time_ms, exc)
@@ -840,7 +840,7 @@ def _run_isolating(
         except SchemaRegistryUnavailable:
             source.release()
             raise
-        except Exception as e:  # noqa: BLE001 - this record raises
+        except Exception as e:  # this record raises
             source.release()
             if cfg.processing_exception_handler == "fail":
                 raise ProcessingFailure(

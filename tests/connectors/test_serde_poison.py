@@ -68,8 +68,10 @@ def test_every_poison_reason_is_a_documented_reason():
 def test_poison_is_dead_lettered_on_both_paths_and_the_good_records_stay(value, ts, ts_field, reason):
     dec = _json(ts_field)
     keys, values, stamps = [b"a", b"b", b"c"], [GOOD, value, GOOD], [1000, ts, 2000]
-    for got, bad in (dec.decode_batch(keys, values, stamps), dec.decode_columns(keys, values, stamps,
-                                                                                ("amount", "note"))):
+    for got, bad in (
+        dec.decode_batch(keys, values, stamps),
+        dec.decode_columns(keys, values, stamps, ("amount", "note")),
+    ):
         assert [(i, r) for i, r, _m in bad] == [(1, reason)]
         good_index = [g[0] for g in got] if isinstance(got, list) else got.index
         assert good_index == [0, 2]
@@ -79,8 +81,10 @@ def test_poison_is_dead_lettered_on_both_paths_and_the_good_records_stay(value, 
 
 def test_bounds_themselves_are_good():
     dec = _json("ts")
-    values = [json.dumps({"amount": a, "note": a, "ts": t}).encode()
-              for a, t in ((INT64_MAX, MAX_TIMESTAMP_MS), (INT64_MIN, 0), (1.5e308, 7))]
+    values = [
+        json.dumps({"amount": a, "note": a, "ts": t}).encode()
+        for a, t in ((INT64_MAX, MAX_TIMESTAMP_MS), (INT64_MIN, 0), (1.5e308, 7))
+    ]
     for fast in (True, False):
         if fast:
             got, bad = dec.decode_columns([b"k"] * 3, values, [0] * 3, ("amount",))
@@ -94,8 +98,12 @@ def test_bounds_themselves_are_good():
 def test_column_fast_path_takes_exact_in_range_numbers_whole(monkeypatch):
     dec = _json()
     monkeypatch.setattr(dec, "_decode_records", lambda *a: pytest.fail("took the record path"))
-    got, bad = dec.decode_columns([b"a", b"b"], [b'{"amount": 9223372036854775807, "note": 1}',
-                                                 b'{"amount": -2.5, "note": null}'], [1, 2], ("amount", "note"))
+    got, bad = dec.decode_columns(
+        [b"a", b"b"],
+        [b'{"amount": 9223372036854775807, "note": 1}', b'{"amount": -2.5, "note": null}'],
+        [1, 2],
+        ("amount", "note"),
+    )
     assert bad == [] and got.fields["amount"] == [INT64_MAX, -2.5]
 
 
@@ -107,25 +115,49 @@ def test_missing_field_counts_name_the_field():
     assert dec.missing_fields == {}
 
 
-AVRO = {"type": "record", "name": "P", "fields": [
-    {"name": "account", "type": "string"}, {"name": "amount", "type": ["long", "double"]},
-    {"name": "ts", "type": "long"}]}
+AVRO = {
+    "type": "record",
+    "name": "P",
+    "fields": [
+        {"name": "account", "type": "string"},
+        {"name": "amount", "type": ["long", "double"]},
+        {"name": "ts", "type": "long"},
+    ],
+}
 
 
 def test_avro_poison_values():
     with SchemaRegistryDouble() as sr:
         sid = SchemaRegistry(sr.url).register("p-value", AVRO)
-        dec = InputDecoder(InputSpec(format="avro", key_field="account", timestamp_field="ts",
-                                     fields=aggregation_fields("count,sum:amount"), schema_registry_url=sr.url))
+        dec = InputDecoder(
+            InputSpec(
+                format="avro",
+                key_field="account",
+                timestamp_field="ts",
+                fields=aggregation_fields("count,sum:amount"),
+                schema_registry_url=sr.url,
+            )
+        )
         schema = parse_schema(AVRO)
 
         def enc(amount, ts):
             return encode(sid, schema, {"account": "a", "amount": amount, "ts": ts})
 
-        values = [enc(1, 1), enc(float("nan"), 2), enc(float("inf"), 3), enc(2, MAX_TIMESTAMP_MS + 1),
-                  enc(3, INT64_MAX), enc(4, 5), b"\x00" + b"\xff" * 10]
+        values = [
+            enc(1, 1),
+            enc(float("nan"), 2),
+            enc(float("inf"), 3),
+            enc(2, MAX_TIMESTAMP_MS + 1),
+            enc(3, INT64_MAX),
+            enc(4, 5),
+            b"\x00" + b"\xff" * 10,
+        ]
         got, bad = dec.decode_columns([None] * len(values), values, [0] * len(values), ("amount",))
-        assert [(i, r) for i, r, _m in bad] == [(1, "non-finite-number"), (2, "non-finite-number"),
-                                                (3, "timestamp-out-of-range"), (4, "timestamp-out-of-range"),
-                                                (6, "unknown-schema")]
+        assert [(i, r) for i, r, _m in bad] == [
+            (1, "non-finite-number"),
+            (2, "non-finite-number"),
+            (3, "timestamp-out-of-range"),
+            (4, "timestamp-out-of-range"),
+            (6, "unknown-schema"),
+        ]
         assert got.index == [0, 5] and got.fields["amount"] == [1, 4]

@@ -4,6 +4,7 @@ assertions: every wait is bounded and only decides failure."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -92,10 +93,26 @@ def _free_port() -> int:
 @pytest.mark.parametrize("how", ["SIGHUP", "closed-pipe", "SIGKILL"])
 def test_the_demo_stops_what_it_started_however_it_ends(how, kafka_bootstrap, tmp_path):
     env = {**os.environ, "DEMO_METRICS_PORT": str(_free_port())}
-    demo = subprocess.Popen([sys.executable, "-m", "devtools.demo", "--bootstrap-servers", kafka_bootstrap,
-                             "--state-dir", str(tmp_path / "demo"), "--rate", "20", "--refresh", "0.5"],
-                            cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
+    demo = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "devtools.demo",
+            "--bootstrap-servers",
+            kafka_bootstrap,
+            "--state-dir",
+            str(tmp_path / "demo"),
+            "--rate",
+            "20",
+            "--refresh",
+            "0.5",
+        ],
+        cwd=PROJECT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
     try:
         # wait (bounded) until the service runs Spark: its JVM is among the demo's descendants
         deadline = time.monotonic() + 240
@@ -120,8 +137,6 @@ def test_the_demo_stops_what_it_started_however_it_ends(how, kafka_bootstrap, tm
             assert demo.returncode in (0, 130)
     finally:
         for pid in _descendants(demo.pid):
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
         demo.kill()

@@ -46,13 +46,18 @@ def _produce_large(bootstrap: str, topic: str, events: list[Event]) -> None:
     assert p.flush(60) == 0
 
 
-def test_poison_records_are_dead_letters_and_the_good_windows_stay_exact_across_a_restart(kafka_bootstrap,
-                                                                                         make_topic, tmp_path):
-    topics = {"in": make_topic(PARTITIONS, config=BIG_TOPIC_CONFIG, prefix="in"),
-              "out": make_topic(PARTITIONS, config={"cleanup.policy": "compact"}, prefix="out"),
-              "late": make_topic(PARTITIONS, prefix="late"), "dlq": make_topic(PARTITIONS, prefix="dlq")}
-    events = payment_events(1200, keys=12, partitions=PARTITIONS, td=TD, grace=GRACE, seed=29, time_in_value=True,
-                            bad_fraction=0.0)
+def test_poison_records_are_dead_letters_and_the_good_windows_stay_exact_across_a_restart(
+    kafka_bootstrap, make_topic, tmp_path
+):
+    topics = {
+        "in": make_topic(PARTITIONS, config=BIG_TOPIC_CONFIG, prefix="in"),
+        "out": make_topic(PARTITIONS, config={"cleanup.policy": "compact"}, prefix="out"),
+        "late": make_topic(PARTITIONS, prefix="late"),
+        "dlq": make_topic(PARTITIONS, prefix="dlq"),
+    }
+    events = payment_events(
+        1200, keys=12, partitions=PARTITIONS, td=TD, grace=GRACE, seed=29, time_in_value=True, bad_fraction=0.0
+    )
     mixed: list[Event] = []
     poison_at = {len(events) * (i + 1) // 40 for i in range(36)}
     kinds = _poison(0)
@@ -65,8 +70,16 @@ def test_poison_records_are_dead_letters_and_the_good_windows_stay_exact_across_
     for p in range(PARTITIONS):  # every kind in every partition
         for value, reason in _poison(events[-1].timestamp):
             mixed.append(Event(p, b"acct-poison", value, events[-1].timestamp, f"bad:{reason}"))
-    large = [Event(p, b"acct-0", b'{"amount": 1, "ts": 5, "pad": "' + b"x" * MAX_VALUE_BYTES + b'"}',
-                   events[-1].timestamp, "bad:value-too-large") for p in range(PARTITIONS)]
+    large = [
+        Event(
+            p,
+            b"acct-0",
+            b'{"amount": 1, "ts": 5, "pad": "' + b"x" * MAX_VALUE_BYTES + b'"}',
+            events[-1].timestamp,
+            "bad:value-too-large",
+        )
+        for p in range(PARTITIONS)
+    ]
 
     ends = produce(kafka_bootstrap, topics["in"], mixed)
     _produce_large(kafka_bootstrap, topics["in"], large)
@@ -75,8 +88,19 @@ def test_poison_records_are_dead_letters_and_the_good_windows_stay_exact_across_
     all_events = mixed + large
 
     ck = tmp_path / "checkpoint"
-    args = service_args(kafka_bootstrap, topics, ck, "--timestamp-field", "ts", "--changelog-format", "json",
-                        "--changelog-key-format", "json", "--max-offsets-per-trigger", "400")
+    args = service_args(
+        kafka_bootstrap,
+        topics,
+        ck,
+        "--timestamp-field",
+        "ts",
+        "--changelog-format",
+        "json",
+        "--changelog-key-format",
+        "json",
+        "--max-offsets-per-trigger",
+        "400",
+    )
     svc = ServiceProcess(args, tmp_path / "first.log").start()
     try:
         wait_until_committed(ck, topics["in"], ends, svc)
@@ -87,12 +111,21 @@ def test_poison_records_are_dead_letters_and_the_good_windows_stay_exact_across_
 
     spec = InputSpec("json", "", "ts", aggregation_fields(AGGS))
     exp = replay(all_events, td=TD, grace=GRACE, aggregations=AGGS, emit="update", spec=spec)
-    wanted = {"number-out-of-range", "timestamp-out-of-range", "non-finite-number", "value-too-deep",
-              "value-too-large", "schema-mismatch", "invalid-timestamp", "undecodable-value"}
+    wanted = {
+        "number-out-of-range",
+        "timestamp-out-of-range",
+        "non-finite-number",
+        "value-too-deep",
+        "value-too-large",
+        "schema-mismatch",
+        "invalid-timestamp",
+        "undecodable-value",
+    }
     assert {(p, r) for (p, _o), r in exp.dead.items()} >= {(p, r) for p in range(PARTITIONS) for r in wanted}
     dead = consume_all(kafka_bootstrap, topics["dlq"])
-    assert {(int(r.headers["partition"]), int(r.headers["offset"])): r.headers["error"].decode()
-            for r in dead} == exp.dead
+    assert {
+        (int(r.headers["partition"]), int(r.headers["offset"])): r.headers["error"].decode() for r in dead
+    } == exp.dead
     assert len(dead) == len(exp.dead)  # each once
     for r in dead:
         assert r.headers["__streams.errors.topic"].decode() == topics["in"]
@@ -103,10 +136,22 @@ def test_poison_records_are_dead_letters_and_the_good_windows_stay_exact_across_
     assert "Traceback" not in (tmp_path / "first.log").read_text()
 
     # restart on the same checkpoint with more input: exactly as if there had been no restart
-    more = payment_events(300, keys=12, partitions=PARTITIONS, td=TD, grace=GRACE, seed=30, time_in_value=True,
-                          bad_fraction=0.0, base_ts=events[-1].timestamp + 1)
-    more += [Event(p, b"acct-poison", v, more[-1].timestamp, f"bad:{r}") for p in range(PARTITIONS)
-             for v, r in _poison(more[-1].timestamp)[:3]]
+    more = payment_events(
+        300,
+        keys=12,
+        partitions=PARTITIONS,
+        td=TD,
+        grace=GRACE,
+        seed=30,
+        time_in_value=True,
+        bad_fraction=0.0,
+        base_ts=events[-1].timestamp + 1,
+    )
+    more += [
+        Event(p, b"acct-poison", v, more[-1].timestamp, f"bad:{r}")
+        for p in range(PARTITIONS)
+        for v, r in _poison(more[-1].timestamp)[:3]
+    ]
     more_ends = produce(kafka_bootstrap, topics["in"], more)
     second = ServiceProcess(args, tmp_path / "second.log").start()
     try:
@@ -118,6 +163,7 @@ def test_poison_records_are_dead_letters_and_the_good_windows_stay_exact_across_
     dead2 = consume_all(kafka_bootstrap, topics["dlq"])
     written = Counter((int(r.headers["partition"]), int(r.headers["offset"])) for r in dead2)
     assert set(written) == set(exp2.dead) and set(written.values()) == {1}  # no dead letter written twice
-    assert {(int(r.headers["partition"]), int(r.headers["offset"])): r.headers["error"].decode()
-            for r in dead2} == exp2.dead
+    assert {
+        (int(r.headers["partition"]), int(r.headers["offset"])): r.headers["error"].decode() for r in dead2
+    } == exp2.dead
     assert changelog_final((r.key, r.value) for r in consume_all(kafka_bootstrap, topics["out"])) == exp2.final

@@ -25,16 +25,25 @@ from tests.service.schema_registry_double import SchemaRegistryDouble
 
 AGGS = "count,sum:amount,max:amount,mean:amount,first:note"
 
-_BIG = st.one_of(st.integers(), st.integers(min_value=-(2**70), max_value=2**70),
-                 st.sampled_from([2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 10**30, 2**62, 2**62 + 7]))
+_BIG = st.one_of(
+    st.integers(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from([2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 10**30, 2**62, 2**62 + 7]),
+)
 _FLOATS = st.one_of(st.floats(), st.sampled_from([math.nan, math.inf, -math.inf, 1e308, -0.0, 5e-324]))
-_SCALAR = st.one_of(st.none(), st.booleans(), _BIG, _FLOATS, st.text(max_size=5),
-                    st.sampled_from(["", "x" * 5000]))
-_JSON = st.recursive(_SCALAR, lambda kids: st.one_of(st.lists(kids, max_size=3),
-                                                     st.dictionaries(st.text(max_size=3), kids, max_size=3)),
-                     max_leaves=12)
-_TS = st.one_of(st.integers(0, 2 * 10**12), st.integers(0, 2 * 10**12), st.integers(), _SCALAR,
-                st.sampled_from([MAX_TIMESTAMP_MS, MAX_TIMESTAMP_MS + 1, 10**19, -1]))
+_SCALAR = st.one_of(st.none(), st.booleans(), _BIG, _FLOATS, st.text(max_size=5), st.sampled_from(["", "x" * 5000]))
+_JSON = st.recursive(
+    _SCALAR,
+    lambda kids: st.one_of(st.lists(kids, max_size=3), st.dictionaries(st.text(max_size=3), kids, max_size=3)),
+    max_leaves=12,
+)
+_TS = st.one_of(
+    st.integers(0, 2 * 10**12),
+    st.integers(0, 2 * 10**12),
+    st.integers(),
+    _SCALAR,
+    st.sampled_from([MAX_TIMESTAMP_MS, MAX_TIMESTAMP_MS + 1, 10**19, -1]),
+)
 
 
 def _deep(levels: int) -> str:
@@ -43,16 +52,30 @@ def _deep(levels: int) -> str:
 
 _JSON_VALUE = st.one_of(
     # mostly records of the expected shape, with random field values
-    st.builds(lambda a, n, t, extra: json.dumps({"amount": a, "note": n, "ts": t, **extra}).encode(),
-              st.one_of(_BIG, _FLOATS, _SCALAR, _JSON), st.one_of(_SCALAR, _JSON), _TS,
-              st.dictionaries(st.text(max_size=3), _JSON, max_size=2)),
-    st.builds(lambda a, t: json.dumps({"amount": a, "note": "n", "ts": t}).encode(), st.integers(-1000, 1000),
-              st.integers(0, 10**6)),
+    st.builds(
+        lambda a, n, t, extra: json.dumps({"amount": a, "note": n, "ts": t, **extra}).encode(),
+        st.one_of(_BIG, _FLOATS, _SCALAR, _JSON),
+        st.one_of(_SCALAR, _JSON),
+        _TS,
+        st.dictionaries(st.text(max_size=3), _JSON, max_size=2),
+    ),
+    st.builds(
+        lambda a, t: json.dumps({"amount": a, "note": "n", "ts": t}).encode(),
+        st.integers(-1000, 1000),
+        st.integers(0, 10**6),
+    ),
     _JSON.map(lambda v: json.dumps(v).encode()),
     st.binary(max_size=40),
-    st.sampled_from([b"", b"{", b"null", b'{"amount": 1, "note": ' + _deep(3000).encode() + b"}",
-                     b'{"amount": 1e999, "note": 1, "ts": 1}', b'{"amount": 1, "note": ' + _deep(70).encode()
-                     + b', "ts": 3}']),
+    st.sampled_from(
+        [
+            b"",
+            b"{",
+            b"null",
+            b'{"amount": 1, "note": ' + _deep(3000).encode() + b"}",
+            b'{"amount": 1e999, "note": 1, "ts": 1}',
+            b'{"amount": 1, "note": ' + _deep(70).encode() + b', "ts": 3}',
+        ]
+    ),
     st.none(),
 )
 _KEY = st.one_of(st.just(b"acct-1"), st.just(b"acct-2"), st.binary(max_size=6), st.none())
@@ -60,10 +83,24 @@ _KAFKA_TS = st.one_of(st.integers(0, 2 * 10**12), st.sampled_from([0, MAX_TIMEST
 
 
 def _config(timestamp_field: str, fmt: str = "json", url: str = "", batch: bool = True) -> TaskConfig:
-    return TaskConfig(1000, 300, AGGS, "update", InputSpec(format=fmt, timestamp_field=timestamp_field,
-                                                           key_field="account" if fmt == "avro" else "",
-                                                           fields=aggregation_fields(AGGS), schema_registry_url=url),
-                      ChangelogSpec("json", "json", AGGS), "out", "late", "dlq", batch=batch)
+    return TaskConfig(
+        1000,
+        300,
+        AGGS,
+        "update",
+        InputSpec(
+            format=fmt,
+            timestamp_field=timestamp_field,
+            key_field="account" if fmt == "avro" else "",
+            fields=aggregation_fields(AGGS),
+            schema_registry_url=url,
+        ),
+        ChangelogSpec("json", "json", AGGS),
+        "out",
+        "late",
+        "dlq",
+        batch=batch,
+    )
 
 
 def _check_one_batch(cfg: TaskConfig, keys, values, stamps, registry=None) -> None:
@@ -90,27 +127,38 @@ def _check_one_batch(cfg: TaskConfig, keys, values, stamps, registry=None) -> No
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(_KEY, _JSON_VALUE, _KAFKA_TS), max_size=12), st.sampled_from(["", "ts"]),
-       st.booleans())
+@given(st.lists(st.tuples(_KEY, _JSON_VALUE, _KAFKA_TS), max_size=12), st.sampled_from(["", "ts"]), st.booleans())
 def test_random_json_batches_never_raise_and_every_record_ends_once(records, timestamp_field, batch):
-    keys, values, stamps = (list(c) for c in zip(*records)) if records else ([], [], [])
+    keys, values, stamps = (list(c) for c in zip(*records, strict=True)) if records else ([], [], [])
     _check_one_batch(_config(timestamp_field, batch=batch), keys, values, stamps)
 
 
-AVRO = {"type": "record", "name": "Payment", "fields": [
-    {"name": "account", "type": ["null", "string", "long"]},
-    {"name": "amount", "type": ["null", "long", "double", "string", "boolean", {"type": "array", "items": "long"}]},
-    {"name": "note", "type": ["null", "string", "double"]},
-    {"name": "ts", "type": ["null", "long", "double"]},
-]}
+AVRO = {
+    "type": "record",
+    "name": "Payment",
+    "fields": [
+        {"name": "account", "type": ["null", "string", "long"]},
+        {"name": "amount", "type": ["null", "long", "double", "string", "boolean", {"type": "array", "items": "long"}]},
+        {"name": "note", "type": ["null", "string", "double"]},
+        {"name": "ts", "type": ["null", "long", "double"]},
+    ],
+}
 
-_AVRO_RECORD = st.fixed_dictionaries({
-    "account": st.one_of(st.none(), st.text(max_size=4), st.integers(-(2**63), 2**63 - 1)),
-    "amount": st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1), _FLOATS, st.text(max_size=3), st.booleans(),
-                        st.lists(st.integers(-5, 5), max_size=2)),
-    "note": st.one_of(st.none(), st.text(max_size=3), st.sampled_from(["", "y" * 3000]), _FLOATS),
-    "ts": st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1), st.integers(0, 10**12), _FLOATS),
-})
+_AVRO_RECORD = st.fixed_dictionaries(
+    {
+        "account": st.one_of(st.none(), st.text(max_size=4), st.integers(-(2**63), 2**63 - 1)),
+        "amount": st.one_of(
+            st.none(),
+            st.integers(-(2**63), 2**63 - 1),
+            _FLOATS,
+            st.text(max_size=3),
+            st.booleans(),
+            st.lists(st.integers(-5, 5), max_size=2),
+        ),
+        "note": st.one_of(st.none(), st.text(max_size=3), st.sampled_from(["", "y" * 3000]), _FLOATS),
+        "ts": st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1), st.integers(0, 10**12), _FLOATS),
+    }
+)
 
 
 @pytest.fixture(scope="module")
@@ -120,10 +168,15 @@ def avro_registry():
         yield sr.url, schema_id
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.function_scoped_fixture])
-@given(st.lists(st.one_of(_AVRO_RECORD, st.binary(max_size=30), st.binary(max_size=12).map(lambda b: b"\x00" + b)),
-                max_size=10), st.data())
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.one_of(_AVRO_RECORD, st.binary(max_size=30), st.binary(max_size=12).map(lambda b: b"\x00" + b)), max_size=10
+    ),
+    st.data(),
+)
 def test_random_avro_batches_never_raise_and_every_record_ends_once(avro_registry, payloads, data):
     url, schema_id = avro_registry
     parsed = parse_schema(AVRO)

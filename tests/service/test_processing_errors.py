@@ -39,9 +39,20 @@ def _fragile(monkeypatch):
 
 
 def config(handler: str, emit: str = "update", batch: bool = True) -> TaskConfig:
-    return TaskConfig(1000, 300, AGGS, emit, InputSpec(fields=aggregation_fields(AGGS)),
-                      ChangelogSpec("json", "json", AGGS), "out", "late", "dlq", batch=batch,
-                      processing_exception_handler=handler, state_snapshot_every=2)
+    return TaskConfig(
+        1000,
+        300,
+        AGGS,
+        emit,
+        InputSpec(fields=aggregation_fields(AGGS)),
+        ChangelogSpec("json", "json", AGGS),
+        "out",
+        "late",
+        "dlq",
+        batch=batch,
+        processing_exception_handler=handler,
+        state_snapshot_every=2,
+    )
 
 
 def records(amounts, t0=1000):
@@ -50,8 +61,17 @@ def records(amounts, t0=1000):
 
 def run(cfg, state, recs, first_offset=0):
     runner = TaskRunner(cfg)
-    return process_task_batch(runner, state, "in", 0, list(range(first_offset, first_offset + len(recs))),
-                              [r[0] for r in recs], [r[1] for r in recs], [r[2] for r in recs], emit_time_ms=5)
+    return process_task_batch(
+        runner,
+        state,
+        "in",
+        0,
+        list(range(first_offset, first_offset + len(recs))),
+        [r[0] for r in recs],
+        [r[1] for r in recs],
+        [r[2] for r in recs],
+        emit_time_ms=5,
+    )
 
 
 def changelog(out):
@@ -70,14 +90,14 @@ def test_continue_dead_letters_the_record_that_raises_and_aggregates_the_rest_ex
     # the same batches without the poison records, on a fresh task
     processing._CACHE.clear()
     clean_state = DictTaskState()
-    good = [r for r, a in zip(records(amounts), amounts) if a != POISON]
+    good = [r for r, a in zip(records(amounts), amounts, strict=True) if a != POISON]
     expected = run(cfg, clean_state, good)
     expected2 = run(cfg, clean_state, later, first_offset=len(amounts))
     assert changelog(out) == changelog(expected) and changelog(out2) == changelog(expected2)
 
     dlq = [(k, v, dict(h)) for kind, _t, k, v, h in out.rows() if kind == "dlq"]
     assert [int(h["offset"]) for _k, _v, h in dlq] == [2, 5]
-    for k, v, h in dlq:
+    for _k, v, h in dlq:
         assert json.loads(v) == {"amount": POISON} and h["error"] == b"processing-error"
         assert b"ZeroDivisionError" in h["error.message"]
         assert h[KIP1034_HEADERS[0]] == b"builtins.ZeroDivisionError"

@@ -13,8 +13,9 @@ from tests.service.harness import PROJECT
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "service", *args], cwd=PROJECT, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "service", *args], cwd=PROJECT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.mark.parametrize("argv", [["--time-difference", "-5s"], ["--time-difference=-5s"], ["--grace", "-1"]])
@@ -24,8 +25,13 @@ def test_negative_durations_reach_the_rule(argv):
 
 
 def test_join_negative_values_only_joins_flag_values():
-    assert join_negative_values(["run", "--grace", "-5s", "--emit", "update", "--x=-1"]) == \
-        ["run", "--grace=-5s", "--emit", "update", "--x=-1"]
+    assert join_negative_values(["run", "--grace", "-5s", "--emit", "update", "--x=-1"]) == [
+        "run",
+        "--grace=-5s",
+        "--emit",
+        "update",
+        "--x=-1",
+    ]
 
 
 @pytest.mark.parametrize("spec", ["sum", "count,max", "mean", "collect", "first,count"])
@@ -41,11 +47,14 @@ def test_metrics_port_range(port):
         load(["--metrics-port", port], environ={})
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["--aggregations", "sum"], "invalid setting aggregations"),
-    (["--time-difference", "-5s"], "invalid setting time_difference"),
-    (["--metrics-port", "70000"], "invalid setting metrics_port"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--aggregations", "sum"], "invalid setting aggregations"),
+        (["--time-difference", "-5s"], "invalid setting time_difference"),
+        (["--metrics-port", "70000"], "invalid setting metrics_port"),
+    ],
+)
 def test_check_settings_fails_in_one_line(args, needle):
     r = _cli("check-settings", *args)
     assert r.returncode == 2
@@ -60,7 +69,7 @@ def test_metrics_port_in_use_is_one_line_naming_the_setting():
         r = _cli("run", "--metrics-port", str(port), "--bootstrap-servers", "127.0.0.1:1", "--startup-timeout", "1s")
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
-    assert lines == [l for l in lines if "invalid setting metrics_port" in l] and len(lines) == 1
+    assert lines == [line for line in lines if "invalid setting metrics_port" in line] and len(lines) == 1
     assert f"port {port}" in lines[0]
 
 
@@ -68,10 +77,23 @@ def test_unreachable_broker_retries_for_startup_timeout_then_one_line():
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    r = _cli("run", "--bootstrap-servers", f"127.0.0.1:{port}", "--metrics-port", "0", "--startup-timeout", "4s",
-             "--schema-registry-url", "", "--changelog-format", "json", "--changelog-key-format", "json")
+    r = _cli(
+        "run",
+        "--bootstrap-servers",
+        f"127.0.0.1:{port}",
+        "--metrics-port",
+        "0",
+        "--startup-timeout",
+        "4s",
+        "--schema-registry-url",
+        "",
+        "--changelog-format",
+        "json",
+        "--changelog-key-format",
+        "json",
+    )
     assert r.returncode == 1
     assert "Traceback" not in r.stderr
-    errors = [l for l in r.stderr.splitlines() if " ERROR " in l]
+    errors = [line for line in r.stderr.splitlines() if " ERROR " in line]
     assert len(errors) == 1 and "cannot reach Kafka" in errors[0] and "startup_timeout" in errors[0], r.stderr
-    assert sum("does not answer yet" in l for l in r.stderr.splitlines()) >= 1
+    assert sum("does not answer yet" in line for line in r.stderr.splitlines()) >= 1
