@@ -473,8 +473,10 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 def _exact_numbers(col: list[Any], kinds: set[type]) -> bool:
     """Whether every number of ``col`` (ints and floats only) is finite and, if an int, within int64: the
-    column fast path's :func:`check_number`. A float column is checked in one numpy pass; min/max then compare
-    ints and floats exactly (no float rounding of a huge int)."""
+    column fast path's :func:`check_number`. A column with floats is converted to float64 once: when all its
+    values are within +-2**62 there (NaN compares false), every int is within int64; otherwise Python's min/max
+    decide exactly (they compare ints and floats without rounding). ``False`` sends the batch to the record path,
+    which decides per record."""
     if not col:
         return True
     if float in kinds:
@@ -482,9 +484,15 @@ def _exact_numbers(col: list[Any], kinds: set[type]) -> bool:
             arr = np.array(col, dtype=np.float64)
         except OverflowError:  # an int too large for a float
             return False
+        if -_HALF_INT64 < arr.min() and arr.max() < _HALF_INT64:
+            return True
         if not np.isfinite(arr).all():
             return False
     return min(col) >= INT64_MIN and max(col) <= INT64_MAX
+
+
+#: 2**62 as a float: a float64 column within +-this holds no int outside int64, whatever the rounding
+_HALF_INT64 = float(1 << 62)
 
 
 def _sizes_ok(values: Sequence[Any]) -> bool:
