@@ -94,6 +94,7 @@ def task_config(settings: Any, key_schema_id: int | None = None, value_schema_id
         owners=secrets.token_hex(16) if settings.task_owners and settings.state_cache else "",
         sink=settings.sink,
         batch_produce=settings.batch_produce,
+        processing_exception_handler=settings.processing_exception_handler,
         producer=tuple(sorted(producer_config(settings.bootstrap_servers, settings.kafka_options).items()))
         if settings.sink == "direct" else (),
     )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = ["Settings", "SettingsError", "SETTINGS", "ENV_PREFIX", "parse_duration_ms", "add_arguments", "from_args",
-           "load"]
+           "load", "join_negative_values"]
 
 ENV_PREFIX = "SLIDINGWINDOW_"
 
@@ -28,6 +28,7 @@ EMIT_MODES = ("update", "every", "close")
 STARTING_OFFSETS = ("earliest", "latest")
 SINKS = ("spark", "direct")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+PROCESSING_EXCEPTION_HANDLERS = ("continue", "fail")
 
 
 class SettingsError(ValueError):
@@ -40,7 +41,7 @@ class SettingsError(ValueError):
         super().__init__(f"invalid setting {name} ({flag} / {env}): {message}")
 
 
-_DURATION_RE = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
+_DURATION_RE = re.compile(r"^\s*([-+]?)\s*(\d+)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
 
 
@@ -53,8 +54,10 @@ def parse_duration_ms(text: str | int) -> int:
     m = _DURATION_RE.match(str(text))
     if not m:
         raise ValueError(f"expected a duration such as 1500ms, 10s, 5m, 1h or a number of milliseconds, got {text!r}")
-    unit = m.group(2).lower() if m.group(2) else None
-    return int(m.group(1)) * _UNIT_MS[unit]
+    unit = m.group(3).lower() if m.group(3) else None
+    if m.group(1) == "-" and int(m.group(2)):
+        raise ValueError(f"a duration must not be negative, got {str(text).strip()!r}")
+    return int(m.group(2)) * _UNIT_MS[unit]
 
 
 def _format_duration(ms: int) -> str:
@@ -86,6 +89,13 @@ def _int(minimum: int) -> Callable[[str | int], int]:
         return v
 
     return parse
+
+
+def _port(text: str | int) -> int:
+    v = _int(0)(text)
+    if v > 65535:
+        raise ValueError(f"a TCP port is 1..65535 (0: off), got {v}")
+    return v
 
 
 def _choice(options: Sequence[str], upper: bool = False) -> Callable[[str], str]:
@@ -136,6 +146,11 @@ def _aggregations(text: str) -> str:
 
     t = ",".join(p.strip() for p in str(text).split(",") if p.strip())
     parse_aggregations(t)  # raises ValueError naming the bad part
+    for part in t.split(","):
+        kind, _, name = part.partition(":")
+        if kind.strip().lower() != "count" and not name.strip():
+            raise ValueError(f"{part!r} needs the value field it reads: {kind.strip()}:FIELD "
+                             f"(e.g. {kind.strip()}:amount); only count takes none")
     return t
 
 
@@ -276,8 +291,17 @@ class Settings:
                                                  show=lambda v: ",".join(f"{k}={x}" for k, x in v))
 
     # Operations
-    metrics_port: int = _s(9108, _int(0), "Prometheus /metrics port on the driver (0: off)", "PORT")
+    metrics_port: int = _s(9108, _port, "Prometheus /metrics port on the driver (0: off)", "PORT")
     log_level: str = _s("INFO", _choice(LOG_LEVELS, upper=True), "log level")
+    startup_timeout: int = _s(60_000, parse_duration_ms, "how long to wait at start for Kafka to answer (a "
+                              "log line every few seconds; compose may start the service before the broker), "
+                              "then exit with one line", "DURATION", show=_format_duration)
+    processing_exception_handler: str = _s(
+        "continue", _choice(PROCESSING_EXCEPTION_HANDLERS),
+        "when processing a task's micro-batch raises (a bug, not a bad record: those are dead-lettered at "
+        "decode): continue = re-run the batch record by record, dead-letter the records that raise (error "
+        "processing-error, the exception in headers) and aggregate the rest; fail = stop the query, naming the "
+        "partition and offset of the record that raised (Kafka Streams' processing.exception.handler)")
 
     # ------------------------------------------------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -306,7 +330,7 @@ class Settings:
         if len(set(outputs)) != len(outputs):
             raise SettingsError("dead_letter_topic", f"output topics must differ, got {outputs}")
         if self.time_difference <= 0:
-            raise SettingsError("time_difference", "must be positive")
+            raise SettingsError("time_difference", "must be positive (a window spans at least 1 ms)")
         if self.key_field and self.key_field == self.timestamp_field:
             raise SettingsError("timestamp_field", "must differ from key_field")
 
@@ -366,7 +390,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                   "help": f"{spec.help} (default: {default!s} | env {env})"}
         choices = {"starting_offsets": STARTING_OFFSETS, "input_format": INPUT_FORMATS,
                    "changelog_format": OUTPUT_FORMATS, "changelog_key_format": KEY_FORMATS, "emit": EMIT_MODES,
-                   "sink": SINKS}
+                   "sink": SINKS, "processing_exception_handler": PROCESSING_EXCEPTION_HANDLERS}
         if f.name in choices:
             kwargs["metavar"] = "{" + ",".join(choices[f.name]) + "}"
         if f.type in (bool, "bool"):
@@ -391,9 +415,31 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
     return Settings(**values)
 
 
+_NEGATIVE_VALUE = re.compile(r"^-\d")
+
+
+def join_negative_values(argv: Sequence[str]) -> list[str]:
+    """``["--grace", "-5s"]`` -> ``["--grace=-5s"]``: argparse reads a value that starts with ``-`` and is not a
+    plain number as a flag ("expected one argument"); joined, it reaches the setting's own check, which names
+    the rule. Only a ``--flag`` without ``=`` followed by ``-<digit>...`` is joined."""
+    out: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("--") and "=" not in a and a != "--" and i + 1 < len(args) and \
+                _NEGATIVE_VALUE.match(args[i + 1]):
+            out.append(f"{a}={args[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def load(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
     """Parse ``argv`` (flags only) and the environment into :class:`Settings`."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     add_arguments(parser)
-    args = parser.parse_args(list(argv or []))
+    args = parser.parse_args(join_negative_values(argv or []))
     return from_args(args, environ)
