@@ -159,12 +159,15 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
-def metadata_ready(bootstrap_servers: str, timeout: float = 5.0) -> bool:
-    """True if a metadata request through confluent_kafka's AdminClient succeeds and lists at least one broker."""
+def metadata_ready(bootstrap_servers: str, timeout: float = 5.0, client_config: Mapping[str, str] | None = None
+                   ) -> bool:
+    """True if a metadata request through confluent_kafka's AdminClient succeeds and lists at least one broker.
+    ``client_config``: extra librdkafka settings (a secured listener's credentials)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "socket.connection.setup.timeout.ms": 2000})
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "socket.connection.setup.timeout.ms": 2000,
+                         **(client_config or {})})
     try:
         md = admin.list_topics(timeout=timeout)
         return bool(md.brokers)
@@ -190,6 +193,8 @@ class LocalKafkaBroker:
         detach: if False (default) the broker is stopped when this Python process exits normally (atexit); if True
             it keeps running (CLI ``start``) and is stopped with ``slidingwindow broker stop``.
         classpath: broker jars; default :func:`devtools.broker_jars.kafka_broker_classpath` (Maven, cached).
+        format_args: extra arguments of the storage format (e.g. ``--add-scram`` users, devtools.secure_broker).
+        client_config: librdkafka settings the readiness check connects with (a secured listener's credentials).
     """
 
     def __init__(
@@ -204,6 +209,8 @@ class LocalKafkaBroker:
         extra_config: Mapping[str, str] | None = None,
         detach: bool = False,
         classpath: Sequence[Path] | None = None,
+        format_args: Sequence[str] = (),
+        client_config: Mapping[str, str] | None = None,
     ) -> None:
         self.host = host
         self.port = port or find_free_port(host)
@@ -216,6 +223,8 @@ class LocalKafkaBroker:
         self.extra_config = dict(extra_config or {})
         self.detach = detach
         self._classpath = list(classpath) if classpath is not None else None
+        self.format_args = list(format_args)
+        self.client_config = dict(client_config or {})
         self._proc: subprocess.Popen[bytes] | None = None
         self.startup_seconds: float | None = None
         """Seconds from launching the JVM until the first successful metadata request (set by :meth:`start`)."""
@@ -375,7 +384,7 @@ class LocalKafkaBroker:
             java, "-Xmx256m", "-XX:TieredStopAtLevel=1", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
             f"-Dkafka.logs.dir={self.log_dir}", "-cp", cp,
             STORAGE_TOOL_CLASS, "format", "--cluster-id", new_cluster_id(), "--config", str(props),
-            "--ignore-formatted",
+            "--ignore-formatted", *self.format_args,
         ]  # fmt: skip
         t0 = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=self.data_dir)
@@ -399,7 +408,7 @@ class LocalKafkaBroker:
                 )
             # Wait for the listener socket first: AdminClient logs an error per refused connection.
             if _port_open(self.host, self.port, timeout=0.5) and metadata_ready(
-                self.bootstrap_servers, timeout=min(5.0, max(0.5, remaining))
+                self.bootstrap_servers, timeout=min(5.0, max(0.5, remaining)), client_config=self.client_config
             ):
                 return
             time.sleep(0.2)

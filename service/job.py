@@ -94,7 +94,7 @@ def task_config(settings: Any, key_schema_id: int | None = None, value_schema_id
         owners=secrets.token_hex(16) if settings.task_owners and settings.state_cache else "",
         sink=settings.sink,
         batch_produce=settings.batch_produce,
-        producer=tuple(sorted(producer_config(settings.bootstrap_servers, settings.kafka_options).items()))
+        producer=tuple(sorted(producer_config(settings.bootstrap_servers, settings.rdkafka_options()).items()))
         if settings.sink == "direct" else (),
     )
 
@@ -318,7 +318,7 @@ def _quiet_spark_logging() -> None:
 
 def _kafka_options(settings: Any) -> dict[str, str]:
     opts = {"kafka.bootstrap.servers": settings.bootstrap_servers}
-    for k, v in settings.kafka_options:
+    for k, v in settings.java_kafka_options():  # security settings in the Java dialect, then kafka_options
         opts[f"kafka.{k}"] = v
     return opts
 

@@ -62,9 +62,10 @@ def prepare(settings: Settings) -> TaskConfig:
         from connectors.producer import check_producer_config, producer_config
 
         try:
-            check_producer_config(producer_config(settings.bootstrap_servers, settings.kafka_options))
+            check_producer_config(producer_config(settings.bootstrap_servers, settings.rdkafka_options()))
         except ValueError as e:
             raise ServiceError(f"{e} (settings bootstrap_servers, kafka_options; or use --sink spark)") from None
+    _check_kafka_access(settings, client)
     parts = partition_counts(client, settings.input_topics)
     missing = [t for t in settings.input_topics if t not in parts]
     if missing:
@@ -82,7 +83,7 @@ def prepare(settings: Settings) -> TaskConfig:
         from connectors.output import changelog_key_schema, changelog_value_schema
         from connectors.schema_registry import SchemaRegistry
 
-        reg = SchemaRegistry(settings.schema_registry_url)
+        reg = SchemaRegistry(settings.schema_registry_url, dict(settings.schema_registry_config()))
         try:
             if settings.changelog_key_format == "avro":
                 key_id = reg.register(f"{settings.changelog_topic}-key", changelog_key_schema())
@@ -94,6 +95,18 @@ def prepare(settings: Settings) -> TaskConfig:
         finally:
             reg.close()
     return task_config(settings, key_id, value_id)
+
+
+def _check_kafka_access(settings: Settings, client: dict[str, str]) -> None:
+    """With TLS or SASL configured, fail at start in one line naming the setting when the broker refuses us."""
+    from connectors.security import KafkaAccessError, check_access
+
+    if dict(settings.rdkafka_options()).get("security.protocol", "PLAINTEXT").upper() == "PLAINTEXT":
+        return
+    try:
+        check_access(client)
+    except KafkaAccessError as e:
+        raise ServiceError(str(e)) from None
 
 
 def _report(progress: Any, lag: metrics.LagPoller | None = None, late_topic: bool = True) -> BatchReport:
