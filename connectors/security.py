@@ -340,7 +340,9 @@ def check_access(config: dict[str, Any], timeout: float = 15.0) -> bool:
         if rdkafka_auth_error(err) and not refused:
             refused.append(err)
 
-    conf: dict[str, Any] = {**config, "error_cb": on_error, "socket.connection.setup.timeout.ms": 5000}
+    # log_level 0: the refusal is reported once, by the caller, not as librdkafka's retry lines on stderr
+    conf: dict[str, Any] = {**config, "error_cb": on_error, "socket.connection.setup.timeout.ms": 5000,
+                            "log_level": 0}
     admin = AdminClient(conf)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
