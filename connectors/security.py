@@ -212,9 +212,18 @@ class KafkaSecurity:
             path = getattr(self, name)
             if path:
                 try:
-                    _pem(path, what)
+                    text = _pem(path, what)
                 except ValueError as e:
                     out.append((name, str(e)))
+                    continue
+                if name == "ssl_key_location" and ("BEGIN RSA PRIVATE KEY" in text or "BEGIN EC PRIVATE KEY" in text):
+                    out.append(
+                        (
+                            name,
+                            f"{path!r} is a PKCS#1/SEC1 key; Spark's Java client reads PKCS#8 only "
+                            "(convert: openssl pkcs8 -topk8 -nocrypt -in KEY -out KEY.pk8)",
+                        )
+                    )
         return out
 
     # ---------------------------------------------------------------------------------------------- dialects
@@ -341,8 +350,7 @@ def check_access(config: dict[str, Any], timeout: float = 15.0) -> bool:
             refused.append(err)
 
     # log_level 0: the refusal is reported once, by the caller, not as librdkafka's retry lines on stderr
-    conf: dict[str, Any] = {**config, "error_cb": on_error, "socket.connection.setup.timeout.ms": 5000,
-                            "log_level": 0}
+    conf: dict[str, Any] = {**config, "error_cb": on_error, "socket.connection.setup.timeout.ms": 5000, "log_level": 0}
     admin = AdminClient(conf)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
