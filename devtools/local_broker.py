@@ -46,6 +46,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from connectors import jars, versions
 from devtools import broker_jars
@@ -479,6 +480,12 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m devtools.l
     parser.add_argument("--timeout", type=float, default=DEFAULT_START_TIMEOUT_S, help="start/stop timeout, seconds")
     parser.add_argument("--log-level", default="WARN", help="log4j2 level of <data-dir>/logs/server.log")
     parser.add_argument("-q", "--quiet", action="store_true")
+    parser.add_argument("--sasl-ssl", action="store_true",
+                        help="the client listener is SASL_SSL (SCRAM-SHA-512) with ACLs enforced; a CA, the broker "
+                             "and a client certificate are made in <data-dir>/tls, the users' passwords are in "
+                             "<data-dir>/tls/*.password (devtools.secure_broker)")
+    parser.add_argument("--sasl-user", action="append", default=[], metavar="NAME",
+                        help="with --sasl-ssl: a SCRAM user besides 'admin' (repeatable; default: slidingwindow)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
 
@@ -500,14 +507,15 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m devtools.l
     if running is not None:
         print(f"already running: pid {running.pid}, bootstrap {running.bootstrap_servers}")
         return 0 if args.command == "start" else 1
-    broker = LocalKafkaBroker(
-        args.port or None,
-        controller_port=args.controller_port,
-        data_dir=args.data_dir,
-        host=args.host,
-        log_level=args.log_level,
-        detach=args.command == "start",
-    )
+    common: dict[str, Any] = {"controller_port": args.controller_port, "host": args.host,
+                              "log_level": args.log_level, "detach": args.command == "start"}
+    if args.sasl_ssl:
+        from devtools.secure_broker import dev_sasl_ssl_broker
+
+        broker = dev_sasl_ssl_broker(Path(args.data_dir), args.port or None, args.sasl_user or ["slidingwindow"],
+                                     **common)
+    else:
+        broker = LocalKafkaBroker(args.port or None, data_dir=args.data_dir, **common)
     try:
         broker.start(timeout=args.timeout)
     except (BrokerError, jars.JarResolutionError) as e:

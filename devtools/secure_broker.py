@@ -244,3 +244,27 @@ def grant(admin_config: Mapping[str, str], acls: Sequence[Any], timeout: float =
     admin = AdminClient(dict(admin_config))
     for fut in admin.create_acls(list(acls), request_timeout=timeout).values():
         fut.result(timeout=timeout)
+
+
+def dev_sasl_ssl_broker(data_dir: Path, port: int | None, users: Sequence[str], **kwargs: Any) -> LocalKafkaBroker:
+    """``slidingwindow broker start --sasl-ssl``: TLS files in ``<data_dir>/tls`` (made once), one random password
+    per user in ``<data_dir>/tls/<user>.password`` (mode 600; the service reads it with
+    ``SLIDINGWINDOW_KAFKA_SASL_PASSWORD=file:...``), SCRAM-SHA-512, client certificates optional. ACLs are the
+    admin's to grant (:func:`service_acls`, :func:`grant`, or ``kafka-acls``)."""
+    import secrets
+
+    tls_dir = data_dir.resolve() / "tls"
+    if (tls_dir / "ca.pem").exists():
+        tls = TlsFiles(tls_dir / "ca.pem", tls_dir / "broker.pem", tls_dir / "client.pem", tls_dir / "client.key")
+    else:
+        tls = make_tls(tls_dir)
+    passwords: dict[str, str] = {}
+    for user in [ADMIN_USER, *users]:
+        f = tls_dir / f"{user}.password"
+        if not f.exists():
+            f.write_text(secrets.token_urlsafe(18) + "\n", encoding="utf-8")
+            f.chmod(0o600)
+        passwords[user] = f.read_text(encoding="utf-8").strip()
+    admin = passwords.pop(ADMIN_USER)
+    return sasl_ssl_broker(data_dir, tls, passwords, admin_password=admin, client_auth="requested", port=port,
+                           **kwargs)
