@@ -111,15 +111,17 @@ def make_tls(
             .not_valid_before(now - _dt.timedelta(hours=1))
             .not_valid_after(now + _dt.timedelta(days=2))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage(list(usage)), critical=False)
         )
         if alt:
             b = b.add_extension(x509.SubjectAlternativeName(alt), critical=False)
         return key, b.sign(ca_key, hashes.SHA256())
 
     pem = serialization.Encoding.PEM
-    broker_key, broker_cert = leaf(hosts[0], hosts, ExtendedKeyUsageOID.SERVER_AUTH)
-    client_key, client_cert = leaf(client_name, (), ExtendedKeyUsageOID.CLIENT_AUTH)
+    broker_key, broker_cert = leaf(
+        hosts[0], hosts, (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH)
+    )  # client too: inter-broker connections
+    client_key, client_cert = leaf(client_name, (), (ExtendedKeyUsageOID.CLIENT_AUTH,))
     files = TlsFiles(
         ca=directory / "ca.pem",
         broker=directory / "broker.pem",
@@ -266,5 +268,4 @@ def dev_sasl_ssl_broker(data_dir: Path, port: int | None, users: Sequence[str], 
             f.chmod(0o600)
         passwords[user] = f.read_text(encoding="utf-8").strip()
     admin = passwords.pop(ADMIN_USER)
-    return sasl_ssl_broker(data_dir, tls, passwords, admin_password=admin, client_auth="requested", port=port,
-                           **kwargs)
+    return sasl_ssl_broker(data_dir, tls, passwords, admin_password=admin, client_auth="requested", port=port, **kwargs)

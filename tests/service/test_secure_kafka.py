@@ -173,8 +173,7 @@ def test_clients_without_credentials_are_refused(secure_kafka: SecureKafka) -> N
     # no TLS, no SASL: the listener speaks TLS, a plaintext client gets no answer it can read
     assert check_access({**base}, timeout=8) is False
     # TLS with a client certificate but no SASL credentials: the broker closes the connection
-    with pytest.raises(KafkaAccessError):
-        check_access({**base, **tls_only}, timeout=15)
+    assert not _answers({**base, **tls_only})
     # SASL but no client certificate (the listener requires one)
     no_cert = client_config(k.tls, SERVICE_USER, SERVICE_PASSWORD)
     assert not _answers({**base, **no_cert})
