@@ -321,13 +321,16 @@ class KafkaAccessError(RuntimeError):
 
 
 def _settings_for(err: Any) -> tuple[str, ...]:
+    """The settings to check for a refusal (``err`` is a librdkafka ``KafkaError``)."""
     name, text = str(err.name()), str(err.str()).lower()
+    if "invalid credentials" in text or "authentication failed" in text or name == "SASL_AUTHENTICATION_FAILED":
+        return ("kafka_sasl_username", "kafka_sasl_password")
+    if name == "UNSUPPORTED_SASL_MECHANISM" or "unsupported sasl mechanism" in text or "not enabled" in text:
+        return ("kafka_sasl_mechanism",)
     if "ssl" in name.lower() or "certificate" in text or "handshake" in text:
         if "certificate verify failed" in text or "unable to get" in text:
             return ("kafka_ssl_ca_location",)
         return ("kafka_ssl_ca_location", "kafka_ssl_certificate_location", "kafka_security_protocol")
-    if "mechanism" in text:
-        return ("kafka_sasl_mechanism",)
     if "authorization" in name.lower():
         return ("kafka_sasl_username",)
     return ("kafka_sasl_username", "kafka_sasl_password")
