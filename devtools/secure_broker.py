@@ -186,7 +186,8 @@ def sasl_ssl_broker(
             "ssl.keystore.location": str(tls.broker),
             "ssl.truststore.type": "PEM",
             "ssl.truststore.location": str(tls.ca),
-            "ssl.client.auth": client_auth,
+            # KIP-684: on a SASL_SSL listener only the listener-prefixed ssl.client.auth applies
+            "listener.name.sasl_ssl.ssl.client.auth": client_auth,
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "allow.everyone.if.no.acl.found": "false",
             "super.users": f"User:{ADMIN_USER};User:ANONYMOUS",

@@ -184,7 +184,7 @@ def test_clients_without_credentials_are_refused(secure_kafka: SecureKafka) -> N
 
 def test_acls_grant_only_what_the_service_needs(secure_kafka: SecureKafka) -> None:
     """The service's user can read its input, not another topic; it cannot write its input."""
-    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, Producer
 
     k = secure_kafka
     topics = _topics(k, "acl")
@@ -195,15 +195,14 @@ def test_acls_grant_only_what_the_service_needs(secure_kafka: SecureKafka) -> No
     try:
         md = c.list_topics(timeout=10)
         assert topics["in"] in md.topics and other not in md.topics  # unauthorized topics are not even listed
-        with pytest.raises(Exception, match=r"TOPIC_AUTHORIZATION_FAILED|Not authorized|authoriz"):
-            c.get_watermark_offsets(TopicPartition(other, 0), timeout=10, cached=False)
     finally:
         c.close()
-    errors: list[Any] = []
-    p = Producer({**conf, "message.timeout.ms": 10000})
-    p.produce(topics["in"], b"x", on_delivery=lambda err, _m: errors.append(err))
-    p.flush(20)
-    assert errors and errors[0] is not None and errors[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    for topic in (topics["in"], other):  # no WRITE on its input, nothing at all on another topic
+        errors: list[Any] = []
+        p = Producer({**conf, "message.timeout.ms": 10000})
+        p.produce(topic, b"x", on_delivery=lambda err, _m, errors=errors: errors.append(err))
+        p.flush(20)
+        assert errors and errors[0] is not None and errors[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
 def _answers(conf: dict[str, Any]) -> bool:
