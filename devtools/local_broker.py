@@ -523,6 +523,10 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m devtools.l
         return 2
     print(f"Kafka {broker._kafka_version()} running: pid {broker.pid}, bootstrap {broker.bootstrap_servers}, "
           f"ready in {broker.startup_seconds:.1f}s, logs {broker.log_file}")  # fmt: skip
+    if args.sasl_ssl:
+        tls = Path(args.data_dir).resolve() / "tls"
+        print(f"SASL_SSL, SCRAM-SHA-512, ACLs enforced (super user admin): CA {tls / 'ca.pem'}, passwords "
+              f"{tls}/<user>.password, client certificate {tls / 'client.pem'} + {tls / 'client.key'}")
     if args.command == "start":
         return 0
     # `run`: stop the broker on Ctrl-C and on SIGTERM (a service manager, `kill`).
