@@ -19,7 +19,8 @@ client certificate + key   ``ssl.certificate.location`` +       ``ssl.keystore.t
 =========================  ==================================  =============================================
 
 The Schema Registry client (HTTP) takes the CA and the client certificate for an ``https://`` registry
-(``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location``) and its own basic-auth credentials
+(``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location``, ``ssl.key.password``) and its own
+basic-auth credentials
 (``basic.auth.user.info``); Kafka's SASL credentials are not the registry's.
 
 The Java client gets the PEM *text* rather than file paths: Spark's executors may run on other machines than the
@@ -286,8 +287,9 @@ class KafkaSecurity:
             if self.ssl_certificate_location:
                 conf["ssl.certificate.location"] = str(Path(self.ssl_certificate_location).expanduser())
                 conf["ssl.key.location"] = str(Path(self.ssl_key_location).expanduser())
-        if basic_auth:
-            conf["basic.auth.credentials.source"] = "USER_INFO"
+                if self.ssl_key_password:
+                    conf["ssl.key.password"] = self.ssl_key_password.reveal()
+        if basic_auth:  # the Python client takes user:password only (no basic.auth.credentials.source)
             conf["basic.auth.user.info"] = basic_auth.reveal()
         return conf
 

@@ -78,7 +78,6 @@ def test_sasl_ssl_in_every_dialect(tls) -> None:
         "ssl.ca.location": str(tls.ca),
         "ssl.certificate.location": str(tls.client_cert),
         "ssl.key.location": str(tls.client_key),
-        "basic.auth.credentials.source": "USER_INFO",
         "basic.auth.user.info": "u:p",
     }
     assert "pw" not in repr(sec)

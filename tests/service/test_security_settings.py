@@ -52,7 +52,6 @@ def test_one_settings_set_configures_every_client(tls) -> None:
     registry = dict(s.schema_registry_config())
     assert registry == {
         "ssl.ca.location": str(tls.ca),
-        "basic.auth.credentials.source": "USER_INFO",
         "basic.auth.user.info": "sr-user:sr-pass",
     }
     assert PASSWORD not in repr(s) and PASSWORD not in repr(s.describe()) and "sr-pass" not in repr(s)
@@ -102,3 +101,41 @@ def test_secrets_never_shown_by_the_cli(tls, tmp_path: Path) -> None:
     assert "kafka_sasl_password = '***'" in check.stdout and "kafka_sasl_username = 'svc'" in check.stdout
     for out in (help_.stdout + help_.stderr, check.stdout + check.stderr):
         assert PASSWORD not in out and "sr-pass" not in out
+
+
+def test_schema_registry_over_https_with_basic_auth(tls) -> None:
+    """The registry client gets the CA and the registry's own credentials from the same settings set; the
+    workers' decoder (registry_for with the spec's client settings) reads schemas the same way."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    from connectors.schema_registry import SchemaRegistry
+    from connectors.serde import InputDecoder, InputSpec
+    from tests.service.schema_registry_double import SchemaRegistryDouble
+
+    schema = {"type": "record", "name": "P", "fields": [{"name": "amount", "type": "long"}]}
+    with SchemaRegistryDouble(tls_certfile=str(tls.broker), basic_auth="sr-user:sr-pass") as sr:
+        assert sr.url.startswith("https://")
+        s = load(
+            [],
+            environ=_env(
+                tls, schema_registry_url=sr.url, schema_registry_basic_auth="sr-user:sr-pass", input_format="avro"
+            ),
+        )
+        reg = SchemaRegistry(sr.url, dict(s.schema_registry_config()))
+        sid = reg.register("t-value", schema)
+        spec = InputSpec.from_settings(s)
+        assert InputDecoder(spec)._registry.writer_schema(sid) is not None
+        assert "sr-pass" not in repr(spec)
+        wrong = load([], environ=_env(tls, schema_registry_url=sr.url, schema_registry_basic_auth="sr-user:nope"))
+        with pytest.raises(SchemaRegistryError) as e:
+            SchemaRegistry(sr.url, dict(wrong.schema_registry_config()))._client.get_schema(sid)
+        assert e.value.http_status_code == 401
+        no_ca = load(
+            [],
+            environ={
+                ENV_PREFIX + "SCHEMA_REGISTRY_URL": sr.url,
+                ENV_PREFIX + "SCHEMA_REGISTRY_BASIC_AUTH": "sr-user:sr-pass",
+            },
+        )
+        with pytest.raises(Exception, match=r"(?i)certificate|ssl"):
+            SchemaRegistry(sr.url, dict(no_ca.schema_registry_config()))._client.get_schema(sid)
