@@ -138,27 +138,32 @@ def test_service_runs_over_sasl_ssl_with_only_its_acls(secure_kafka: SecureKafka
     assert "slidingwindow_" in metrics
 
 
-def test_wrong_password_fails_at_start_in_one_line(secure_kafka: SecureKafka, tmp_path: Path) -> None:
+@pytest.mark.parametrize("wrong", ["password", "ca"])
+def test_wrong_credentials_fail_at_start_in_one_line(secure_kafka: SecureKafka, tmp_path: Path, wrong: str) -> None:
+    """A wrong password (or a CA that did not sign the broker's certificate): exit 1 at start, one log line
+    naming the setting, no traceback, no secret."""
     k = secure_kafka
-    topics = _topics(k, "wrongpw")
+    topics = _topics(k, f"wrong{wrong}")
     pw = tmp_path / "kafka-password"
-    pw.write_text("not-the-password\n")
+    pw.write_text("not-the-password\n" if wrong == "password" else SERVICE_PASSWORD + "\n")
+    env = service_env(k, pw)
+    if wrong == "ca":
+        env["SLIDINGWINDOW_KAFKA_SSL_CA_LOCATION"] = str(make_tls(tmp_path / "other-ca").ca)
     t0 = time.monotonic()
     svc = ServiceProcess(
-        service_args(k, topics, tmp_path / "checkpoint", "--metrics-port", "0"),
-        tmp_path / "service.log",
-        env=service_env(k, pw),
+        service_args(k, topics, tmp_path / "checkpoint", "--metrics-port", "0"), tmp_path / "service.log", env=env
     ).start()
     assert svc.proc is not None
     rc = svc.proc.wait(timeout=120)
     elapsed = time.monotonic() - t0
     out = (tmp_path / "service.log").read_text(errors="replace")
-    print(f"wrong password: exit {rc} after {elapsed:.1f}s:\n{out}")
+    print(f"wrong {wrong}: exit {rc} after {elapsed:.1f}s:\n{out}")
     assert rc == 1
     lines = [ln for ln in out.splitlines() if ln.strip()]
     assert len(lines) == 1, out
-    assert "ERROR" in lines[0] and "kafka_sasl_password" in lines[0] and "Traceback" not in out
-    assert "not-the-password" not in out
+    setting = "kafka_sasl_password" if wrong == "password" else "kafka_ssl_ca_location"
+    assert "ERROR" in lines[0] and setting in lines[0] and "Traceback" not in out
+    assert "not-the-password" not in out and SERVICE_PASSWORD not in out
 
 
 def test_clients_without_credentials_are_refused(secure_kafka: SecureKafka) -> None:
