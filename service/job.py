@@ -261,6 +261,8 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None):  # -> 
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.metricsEnabled": "true",
+        # redact the Kafka security options (connectors.security) wherever Spark shows data source options
+        "spark.sql.redaction.options.regex": "(?i)url|password|jaas|ssl[.]keystore[.]key|ssl[.]truststore[.]cert",
         "spark.python.worker.reuse": "true",
         **checkpoint_file_conf(settings.checkpoint_dir),
         **python_worker_conf(settings.fast_input),
