@@ -160,15 +160,17 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
-def metadata_ready(bootstrap_servers: str, timeout: float = 5.0, client_config: Mapping[str, str] | None = None
-                   ) -> bool:
+def metadata_ready(
+    bootstrap_servers: str, timeout: float = 5.0, client_config: Mapping[str, str] | None = None
+) -> bool:
     """True if a metadata request through confluent_kafka's AdminClient succeeds and lists at least one broker.
     ``client_config``: extra librdkafka settings (a secured listener's credentials)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "socket.connection.setup.timeout.ms": 2000,
-                         **(client_config or {})})
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap_servers, "socket.connection.setup.timeout.ms": 2000, **(client_config or {})}
+    )
     try:
         md = admin.list_topics(timeout=timeout)
         return bool(md.brokers)
@@ -480,12 +482,20 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m devtools.l
     parser.add_argument("--timeout", type=float, default=DEFAULT_START_TIMEOUT_S, help="start/stop timeout, seconds")
     parser.add_argument("--log-level", default="WARN", help="log4j2 level of <data-dir>/logs/server.log")
     parser.add_argument("-q", "--quiet", action="store_true")
-    parser.add_argument("--sasl-ssl", action="store_true",
-                        help="the client listener is SASL_SSL (SCRAM-SHA-512) with ACLs enforced; a CA, the broker "
-                             "and a client certificate are made in <data-dir>/tls, the users' passwords are in "
-                             "<data-dir>/tls/*.password (devtools.secure_broker)")
-    parser.add_argument("--sasl-user", action="append", default=[], metavar="NAME",
-                        help="with --sasl-ssl: a SCRAM user besides 'admin' (repeatable; default: slidingwindow)")
+    parser.add_argument(
+        "--sasl-ssl",
+        action="store_true",
+        help="the client listener is SASL_SSL (SCRAM-SHA-512) with ACLs enforced; a CA, the broker "
+        "and a client certificate are made in <data-dir>/tls, the users' passwords are in "
+        "<data-dir>/tls/*.password (devtools.secure_broker)",
+    )
+    parser.add_argument(
+        "--sasl-user",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with --sasl-ssl: a SCRAM user besides 'admin' (repeatable; default: slidingwindow)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
 
@@ -507,13 +517,18 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m devtools.l
     if running is not None:
         print(f"already running: pid {running.pid}, bootstrap {running.bootstrap_servers}")
         return 0 if args.command == "start" else 1
-    common: dict[str, Any] = {"controller_port": args.controller_port, "host": args.host,
-                              "log_level": args.log_level, "detach": args.command == "start"}
+    common: dict[str, Any] = {
+        "controller_port": args.controller_port,
+        "host": args.host,
+        "log_level": args.log_level,
+        "detach": args.command == "start",
+    }
     if args.sasl_ssl:
         from devtools.secure_broker import dev_sasl_ssl_broker
 
-        broker = dev_sasl_ssl_broker(Path(args.data_dir), args.port or None, args.sasl_user or ["slidingwindow"],
-                                     **common)
+        broker = dev_sasl_ssl_broker(
+            Path(args.data_dir), args.port or None, args.sasl_user or ["slidingwindow"], **common
+        )
     else:
         broker = LocalKafkaBroker(args.port or None, data_dir=args.data_dir, **common)
     try:
@@ -525,8 +540,10 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m devtools.l
           f"ready in {broker.startup_seconds:.1f}s, logs {broker.log_file}")  # fmt: skip
     if args.sasl_ssl:
         tls = Path(args.data_dir).resolve() / "tls"
-        print(f"SASL_SSL, SCRAM-SHA-512, ACLs enforced (super user admin): CA {tls / 'ca.pem'}, passwords "
-              f"{tls}/<user>.password, client certificate {tls / 'client.pem'} + {tls / 'client.key'}")
+        print(
+            f"SASL_SSL, SCRAM-SHA-512, ACLs enforced (super user admin): CA {tls / 'ca.pem'}, passwords "
+            f"{tls}/<user>.password, client certificate {tls / 'client.pem'} + {tls / 'client.key'}"
+        )
     if args.command == "start":
         return 0
     # `run`: stop the broker on Ctrl-C and on SIGTERM (a service manager, `kill`).
