@@ -219,7 +219,7 @@ class Settings:
     max_offsets_per_trigger: int = _s(0, _int(0), "max records per micro-batch (0: no limit)", "N")
     kafka_options: tuple[tuple[str, str], ...] = _s((), _kafka_options,
                                                     "extra Kafka client settings for source, sink and admin "
-                                                    "(k=v,k=v, e.g. security.protocol=SSL)", "K=V,...",
+                                                    "(k=v,k=v, librdkafka names; TLS/SASL: the kafka_security/sasl/ssl settings)", "K=V,...",
                                                     show=lambda v: ",".join(f"{k}={x}" for k, x in v))
     source_options: tuple[tuple[str, str], ...] = _s((), _kafka_options,
                                                      "extra options of Spark's Kafka source only (k=v,k=v; "
