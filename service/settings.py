@@ -219,7 +219,8 @@ class Settings:
     max_offsets_per_trigger: int = _s(0, _int(0), "max records per micro-batch (0: no limit)", "N")
     kafka_options: tuple[tuple[str, str], ...] = _s((), _kafka_options,
                                                     "extra Kafka client settings for source, sink and admin "
-                                                    "(k=v,k=v, librdkafka names; TLS/SASL: the kafka_security/sasl/ssl settings)", "K=V,...",
+                                                    "(k=v,k=v, librdkafka names; TLS/SASL: kafka_security_* etc.)",
+                                                    "K=V,...",
                                                     show=lambda v: ",".join(f"{k}={x}" for k, x in v))
     source_options: tuple[tuple[str, str], ...] = _s((), _kafka_options,
                                                      "extra options of Spark's Kafka source only (k=v,k=v; "
@@ -245,18 +246,18 @@ class Settings:
     kafka_sasl_mechanism: str = _s("", _sasl_mechanism, "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
                                    "MECHANISM")
     kafka_sasl_username: str = _s("", _str, "SASL user name", "USER")
-    kafka_sasl_password: Secret = _s(NO_SECRET, read_secret, "SASL password (secret, never shown: set the "
+    kafka_sasl_password: Secret = _s(NO_SECRET, read_secret, "SASL password (secret, never shown: set the "  # noqa: RUF009
                                      "environment variable, or file:PATH / env:NAME to read it from a file or "
                                      "another variable)", "SECRET", show=_show_secret)
     kafka_ssl_ca_location: str = _s("", _str, "CA certificate(s) (PEM file) the broker certificates are checked "
                                     "against (empty: the system's trust store)", "FILE")
     kafka_ssl_certificate_location: str = _s("", _str, "client certificate (PEM file) for mutual TLS", "FILE")
     kafka_ssl_key_location: str = _s("", _str, "client private key (PEM file, PKCS#8) for mutual TLS", "FILE")
-    kafka_ssl_key_password: Secret = _s(NO_SECRET, read_secret, "password of an encrypted client key (secret, "
+    kafka_ssl_key_password: Secret = _s(NO_SECRET, read_secret, "password of an encrypted client key (secret, "  # noqa: RUF009
                                         "like kafka_sasl_password)", "SECRET", show=_show_secret)
     kafka_ssl_endpoint_identification: bool = _s(True, _bool, "check that the broker certificate names the host "
                                                  "connected to (false only for test clusters)")
-    schema_registry_basic_auth: Secret = _s(NO_SECRET, read_secret, "Schema Registry credentials user:password "
+    schema_registry_basic_auth: Secret = _s(NO_SECRET, read_secret, "Schema Registry credentials user:password "  # noqa: RUF009
                                             "(secret, like kafka_sasl_password; the registry's TLS uses "
                                             "kafka_ssl_ca_location and the client certificate)", "SECRET",
                                             show=_show_secret)
