@@ -504,7 +504,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m devtools.l
         if state is None:
             print(f"not running (data dir {Path(args.data_dir).resolve()})")
             return 1
-        ok = metadata_ready(state.bootstrap_servers, timeout=5.0)
+        from devtools.secure_broker import dev_admin_config  # a --sasl-ssl broker: ask as its admin
+
+        ok = metadata_ready(state.bootstrap_servers, timeout=5.0, client_config=dev_admin_config(Path(state.data_dir)))
         print(f"{'running' if ok else 'not answering'}: pid {state.pid}, bootstrap {state.bootstrap_servers}, "
               f"Kafka {state.kafka_version}, data {state.data_dir}")  # fmt: skip
         return 0 if ok else 1

@@ -270,3 +270,13 @@ def dev_sasl_ssl_broker(data_dir: Path, port: int | None, users: Sequence[str], 
         passwords[user] = f.read_text(encoding="utf-8").strip()
     admin = passwords.pop(ADMIN_USER)
     return sasl_ssl_broker(data_dir, tls, passwords, admin_password=admin, client_auth="requested", port=port, **kwargs)
+
+
+def dev_admin_config(data_dir: Path) -> dict[str, str]:
+    """The admin's librdkafka settings for a ``--sasl-ssl`` broker on ``data_dir`` (empty for a plain one)."""
+    tls_dir = data_dir / "tls"
+    pw = tls_dir / f"{ADMIN_USER}.password"
+    if not pw.exists():
+        return {}
+    tls = TlsFiles(tls_dir / "ca.pem", tls_dir / "broker.pem", tls_dir / "client.pem", tls_dir / "client.key")
+    return client_config(tls, ADMIN_USER, pw.read_text(encoding="utf-8").strip(), client_cert=True)

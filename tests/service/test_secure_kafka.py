@@ -176,7 +176,7 @@ def test_clients_without_credentials_are_refused(secure_kafka: SecureKafka) -> N
         "ssl.key.location": str(k.tls.client_key),
     }
     # no TLS, no SASL: the listener speaks TLS, a plaintext client gets no answer it can read
-    assert check_access({**base}, timeout=8) is False
+    assert check_access({**base}, timeout=5) is False
     # TLS with a client certificate but no SASL credentials: the broker closes the connection
     assert not _answers({**base, **tls_only})
     # SASL but no client certificate (the listener requires one)
@@ -212,6 +212,6 @@ def test_acls_grant_only_what_the_service_needs(secure_kafka: SecureKafka) -> No
 
 def _answers(conf: dict[str, Any]) -> bool:
     try:
-        return check_access(conf, timeout=8)
+        return check_access(conf, timeout=5)
     except KafkaAccessError:
         return False
