@@ -228,6 +228,18 @@ class KafkaSecurity:
         return out
 
     # ---------------------------------------------------------------------------------------------- dialects
+    def _tls_files(self) -> dict[str, str]:
+        """CA and client certificate as files, in the names librdkafka and the Schema Registry client share."""
+        conf: dict[str, str] = {}
+        if self.ssl_ca_location:
+            conf["ssl.ca.location"] = str(Path(self.ssl_ca_location).expanduser())
+        if self.ssl_certificate_location:
+            conf["ssl.certificate.location"] = str(Path(self.ssl_certificate_location).expanduser())
+            conf["ssl.key.location"] = str(Path(self.ssl_key_location).expanduser())
+            if self.ssl_key_password:
+                conf["ssl.key.password"] = self.ssl_key_password.reveal()
+        return conf
+
     def rdkafka(self) -> dict[str, str]:
         """librdkafka (confluent-kafka) settings."""
         proto = self.effective_protocol
@@ -243,13 +255,7 @@ class KafkaSecurity:
                 }
             )
         if self.uses_tls:
-            if self.ssl_ca_location:
-                conf["ssl.ca.location"] = str(Path(self.ssl_ca_location).expanduser())
-            if self.ssl_certificate_location:
-                conf["ssl.certificate.location"] = str(Path(self.ssl_certificate_location).expanduser())
-                conf["ssl.key.location"] = str(Path(self.ssl_key_location).expanduser())
-                if self.ssl_key_password:
-                    conf["ssl.key.password"] = self.ssl_key_password.reveal()
+            conf.update(self._tls_files())
             if not self.ssl_endpoint_identification:
                 conf["ssl.endpoint.identification.algorithm"] = "none"
         return conf
@@ -280,15 +286,7 @@ class KafkaSecurity:
     def schema_registry(self, url: str, basic_auth: Secret = NO_SECRET) -> dict[str, str]:
         """confluent-kafka ``SchemaRegistryClient`` settings besides ``url``: the CA and client certificate for
         an ``https://`` registry, and the registry's own ``user:password`` (basic auth) when given."""
-        conf: dict[str, str] = {}
-        if url.startswith("https://"):
-            if self.ssl_ca_location:
-                conf["ssl.ca.location"] = str(Path(self.ssl_ca_location).expanduser())
-            if self.ssl_certificate_location:
-                conf["ssl.certificate.location"] = str(Path(self.ssl_certificate_location).expanduser())
-                conf["ssl.key.location"] = str(Path(self.ssl_key_location).expanduser())
-                if self.ssl_key_password:
-                    conf["ssl.key.password"] = self.ssl_key_password.reveal()
+        conf = self._tls_files() if url.startswith("https://") else {}
         if basic_auth:  # the Python client takes user:password only (no basic.auth.credentials.source)
             conf["basic.auth.user.info"] = basic_auth.reveal()
         return conf

@@ -20,13 +20,13 @@ from devtools.local_broker import LocalKafkaBroker, find_free_port
 from devtools.secure_broker import ADMIN_USER, TlsFiles, client_config, grant, make_tls, sasl_ssl_broker, service_acls
 from tests.service.events import changelog_final, payment_events, replay
 from tests.service.harness import ServiceProcess, consume_all, produce, wait_until_committed
+from tests.service.test_e2e import AGGS, GRACE, TD
+from tests.service.test_e2e import service_args as e2e_args
 
 pytestmark = pytest.mark.integration
 
 SERVICE_USER, SERVICE_PASSWORD = "slidingwindow", "svc-Pa55-word"
 ADMIN_PASSWORD = "admin-Pa55-word"
-AGGS = "count,sum:amount,max:amount"
-TD, GRACE = 1000, 300
 PARTITIONS = 2
 
 
@@ -76,23 +76,9 @@ def service_env(k: SecureKafka, password_file: Path, **extra: str) -> dict[str, 
 
 
 def service_args(k: SecureKafka, topics: dict[str, str], checkpoint: Path, *extra: str) -> list[str]:
-    return [
-        "--bootstrap-servers", k.bootstrap,
-        "--input-topics", topics["in"],
-        "--changelog-topic", topics["out"],
-        "--late-topic", topics["late"],
-        "--dead-letter-topic", topics["dlq"],
-        "--aggregations", AGGS,
-        "--time-difference", f"{TD}ms",
-        "--grace", f"{GRACE}ms",
-        "--checkpoint-dir", str(checkpoint),
-        "--trigger-interval", "0",
-        "--state-partitions", "2",
-        "--spark-master", "local[2]",
-        "--changelog-format", "json",
-        "--changelog-key-format", "json",
-        *extra,
-    ]  # fmt: skip
+    """test_e2e's arguments (same aggregations and windows), JSON out; ``extra`` wins (argparse: last flag)."""
+    return e2e_args(k.bootstrap, topics, checkpoint, "--changelog-format", "json", "--changelog-key-format", "json",
+                    *extra)  # fmt: skip
 
 
 def _topics(k: SecureKafka, tag: str) -> dict[str, str]:
