@@ -58,6 +58,7 @@ def prepare(settings: Settings) -> TaskConfig:
     from service.job import task_config
 
     client = settings.kafka_client_config()
+    _check_kafka_access(settings, client)  # first: no other client may log the refusal before it
     if settings.sink == "direct":
         from connectors.producer import check_producer_config, producer_config
 
@@ -65,7 +66,6 @@ def prepare(settings: Settings) -> TaskConfig:
             check_producer_config(producer_config(settings.bootstrap_servers, settings.rdkafka_options()))
         except ValueError as e:
             raise ServiceError(f"{e} (settings bootstrap_servers, kafka_options; or use --sink spark)") from None
-    _check_kafka_access(settings, client)
     parts = partition_counts(client, settings.input_topics)
     missing = [t for t in settings.input_topics if t not in parts]
     if missing:
