@@ -39,7 +39,7 @@ import json
 import math
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -228,6 +228,7 @@ class InputSpec:
     timestamp_field: str = ""  # "" -> Kafka record timestamp
     fields: tuple[tuple[str, bool], ...] = ()  # (field, numeric) the aggregations read
     schema_registry_url: str = ""
+    schema_registry_conf: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # TLS / basic auth
 
     @classmethod
     def from_settings(cls, settings: Any) -> "InputSpec":
@@ -237,6 +238,7 @@ class InputSpec:
             timestamp_field=settings.timestamp_field,
             fields=aggregation_fields(settings.aggregations),
             schema_registry_url=settings.schema_registry_url,
+            schema_registry_conf=tuple(getattr(settings, "schema_registry_config", tuple)()),
         )
 
 
@@ -250,7 +252,7 @@ class InputDecoder:
         if spec.format == "avro" and registry is None:
             if not spec.schema_registry_url:
                 raise ValueError("avro input needs a schema registry URL")
-            registry = registry_for(spec.schema_registry_url)
+            registry = registry_for(spec.schema_registry_url, spec.schema_registry_conf)
         self._registry = registry
         self._value = self._json_value if spec.format == "json" else self._avro_value
         #: per aggregated field, how many records of the last decoded batch lacked it (a likely typo when most do)

@@ -117,7 +117,8 @@ class TaskConfig:
     log_spool: str = ""  # share log entries between this machine's workers under this id (service.spool); "": off
     owners: str = ""  # run a task's batches in the worker that owns it, with this query key (service.owners); "": off
     sink: str = "spark"  # "direct": the worker produces the output rows itself (connectors.producer)
-    producer: tuple[tuple[str, Any], ...] = ()  # the direct producer's librdkafka settings
+    producer: tuple[tuple[str, Any], ...] = field(default=(), repr=False)  # the direct producer's librdkafka
+    # settings (repr=False: they may hold the SASL password, connectors.security)
     batch_produce: bool = True  # direct sink: changelog rows to librdkafka in blocks (connectors.rdkafka_batch)
     processing_exception_handler: str = "continue"  # continue | fail: see process_task_batch
 

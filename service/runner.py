@@ -58,11 +58,12 @@ def prepare(settings: Settings) -> TaskConfig:
     """Wait for Kafka and the input topics (:func:`wait_for_inputs`), create missing output topics, register
     Avro schemas; the task config."""
     client = settings.kafka_client_config()
+    _check_kafka_access(settings, client)  # first: no other client may log the refusal before it
     if settings.sink == "direct":
         from connectors.producer import check_producer_config, producer_config
 
         try:  # (log_level 0: the check's producer does not log each refused connection while Kafka is down)
-            check_producer_config({**producer_config(settings.bootstrap_servers, settings.kafka_options),
+            check_producer_config({**producer_config(settings.bootstrap_servers, settings.rdkafka_options()),
                                    "log_level": "0"})
         except ValueError as e:
             raise ServiceError(f"{e} (settings bootstrap_servers, kafka_options; or use --sink spark)") from None
@@ -133,7 +134,7 @@ def _prepare_outputs(settings: Settings, client: dict[str, str], parts: dict[str
         from connectors.output import changelog_key_schema, changelog_value_schema
         from connectors.schema_registry import SchemaRegistry
 
-        reg = SchemaRegistry(settings.schema_registry_url)
+        reg = SchemaRegistry(settings.schema_registry_url, dict(settings.schema_registry_config()))
         try:
             if settings.changelog_key_format == "avro":
                 key_id = reg.register(f"{settings.changelog_topic}-key", changelog_key_schema())
@@ -145,6 +146,18 @@ def _prepare_outputs(settings: Settings, client: dict[str, str], parts: dict[str
         finally:
             reg.close()
     return task_config(settings, key_id, value_id)
+
+
+def _check_kafka_access(settings: Settings, client: dict[str, str]) -> None:
+    """With TLS or SASL configured, fail at start in one line naming the setting when the broker refuses us."""
+    from connectors.security import KafkaAccessError, check_access
+
+    if dict(settings.rdkafka_options()).get("security.protocol", "PLAINTEXT").upper() == "PLAINTEXT":
+        return
+    try:
+        check_access(client)
+    except KafkaAccessError as e:
+        raise ServiceError(str(e)) from None
 
 
 def _report(progress: Any, lag: metrics.LagPoller | None = None, late_topic: bool = True) -> BatchReport:

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from connectors.security import NO_SECRET, SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaSecurity, Secret, read_secret
+
 __all__ = ["Settings", "SettingsError", "SETTINGS", "ENV_PREFIX", "parse_duration_ms", "add_arguments", "from_args",
            "load", "join_negative_values"]
 
@@ -181,6 +183,24 @@ def _nonempty(text: str) -> str:
     return t
 
 
+def _security_protocol(text: str) -> str:
+    t = str(text).strip().upper()
+    if t and t not in SECURITY_PROTOCOLS:
+        raise ValueError(f"must be one of {', '.join(SECURITY_PROTOCOLS)}, got {text!r}")
+    return t
+
+
+def _sasl_mechanism(text: str) -> str:
+    t = str(text).strip().upper()
+    if t and t not in SASL_MECHANISMS:
+        raise ValueError(f"must be one of {', '.join(SASL_MECHANISMS)} (others: kafka_options), got {text!r}")
+    return t
+
+
+def _show_secret(value: Any) -> str:
+    return "none"
+
+
 @dataclass(frozen=True)
 class _Spec:
     default: Any
@@ -214,7 +234,8 @@ class Settings:
     max_offsets_per_trigger: int = _s(0, _int(0), "max records per micro-batch (0: no limit)", "N")
     kafka_options: tuple[tuple[str, str], ...] = _s((), _kafka_options,
                                                     "extra Kafka client settings for source, sink and admin "
-                                                    "(k=v,k=v, e.g. security.protocol=SSL)", "K=V,...",
+                                                    "(k=v,k=v, librdkafka names; TLS/SASL: kafka_security_* etc.)",
+                                                    "K=V,...",
                                                     show=lambda v: ",".join(f"{k}={x}" for k, x in v))
     source_options: tuple[tuple[str, str], ...] = _s((), _kafka_options,
                                                      "extra options of Spark's Kafka source only (k=v,k=v; "
@@ -231,6 +252,30 @@ class Settings:
     create_topics: bool = _s(True, _bool, "create missing output topics at start (changelog compacted)")
     topic_partitions: int = _s(0, _int(0), "partitions of created output topics (0: as many as the input)", "N")
     replication_factor: int = _s(1, _int(1), "replication factor of created output topics", "N")
+
+    # Kafka security (connectors.security writes them in each client's dialect: librdkafka, Java, Schema Registry)
+    kafka_security_protocol: str = _s("", _security_protocol,
+                                      "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (empty: SASL_SSL when a SASL "
+                                      "mechanism and a CA are set, SSL with only TLS files, else PLAINTEXT)",
+                                      "PROTOCOL")
+    kafka_sasl_mechanism: str = _s("", _sasl_mechanism, "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+                                   "MECHANISM")
+    kafka_sasl_username: str = _s("", _str, "SASL user name", "USER")
+    kafka_sasl_password: Secret = _s(NO_SECRET, read_secret, "SASL password (secret, never shown: set the "  # noqa: RUF009
+                                     "environment variable, or file:PATH / env:NAME to read it from a file or "
+                                     "another variable)", "SECRET", show=_show_secret)
+    kafka_ssl_ca_location: str = _s("", _str, "CA certificate(s) (PEM file) the broker certificates are checked "
+                                    "against (empty: the system's trust store)", "FILE")
+    kafka_ssl_certificate_location: str = _s("", _str, "client certificate (PEM file) for mutual TLS", "FILE")
+    kafka_ssl_key_location: str = _s("", _str, "client private key (PEM file, PKCS#8) for mutual TLS", "FILE")
+    kafka_ssl_key_password: Secret = _s(NO_SECRET, read_secret, "password of an encrypted client key (secret, "  # noqa: RUF009
+                                        "like kafka_sasl_password)", "SECRET", show=_show_secret)
+    kafka_ssl_endpoint_identification: bool = _s(True, _bool, "check that the broker certificate names the host "
+                                                 "connected to (false only for test clusters)")
+    schema_registry_basic_auth: Secret = _s(NO_SECRET, read_secret, "Schema Registry credentials user:password "  # noqa: RUF009
+                                            "(secret, like kafka_sasl_password; the registry's TLS uses "
+                                            "kafka_ssl_ca_location and the client certificate)", "SECRET",
+                                            show=_show_secret)
 
     # Formats
     input_format: str = _s("json", _choice(INPUT_FORMATS), "input value format")
@@ -316,6 +361,8 @@ class Settings:
         self._check_consistency()
 
     def _check_consistency(self) -> None:
+        for name, message in self.kafka_security().problems():  # connectors.security: one settings set, 3 dialects
+            raise SettingsError("kafka_security_protocol" if name == "protocol" else f"kafka_{name}", message)
         avro = [n for n in ("input_format", "changelog_format", "changelog_key_format") if getattr(self, n) == "avro"]
         if avro and not self.schema_registry_url:
             raise SettingsError("schema_registry_url", f"required because {', '.join(avro)} is avro")
@@ -358,8 +405,31 @@ class Settings:
         return parse_aggregations(self.aggregations)
 
     def kafka_client_config(self) -> dict[str, str]:
-        """confluent-kafka / Java client settings: bootstrap servers + ``kafka_options``."""
-        return {"bootstrap.servers": self.bootstrap_servers, **dict(self.kafka_options)}
+        """confluent-kafka (librdkafka) client settings: bootstrap servers + security settings + ``kafka_options``."""
+        return {"bootstrap.servers": self.bootstrap_servers, **dict(self.rdkafka_options())}
+
+    def kafka_security(self) -> KafkaSecurity:
+        """The ``kafka_security_*``/``kafka_sasl_*``/``kafka_ssl_*`` settings as one :class:`KafkaSecurity`."""
+        return KafkaSecurity(protocol=self.kafka_security_protocol, sasl_mechanism=self.kafka_sasl_mechanism,
+                             sasl_username=self.kafka_sasl_username, sasl_password=self.kafka_sasl_password,
+                             ssl_ca_location=self.kafka_ssl_ca_location,
+                             ssl_certificate_location=self.kafka_ssl_certificate_location,
+                             ssl_key_location=self.kafka_ssl_key_location,
+                             ssl_key_password=self.kafka_ssl_key_password,
+                             ssl_endpoint_identification=self.kafka_ssl_endpoint_identification)
+
+    def rdkafka_options(self) -> tuple[tuple[str, str], ...]:
+        """librdkafka settings of the security settings, then ``kafka_options`` (which win)."""
+        return (*self.kafka_security().rdkafka().items(), *self.kafka_options)
+
+    def java_kafka_options(self) -> tuple[tuple[str, str], ...]:
+        """Java client settings (no ``kafka.`` prefix) of the security settings, then ``kafka_options``."""
+        return (*self.kafka_security().java().items(), *self.kafka_options)
+
+    def schema_registry_config(self) -> tuple[tuple[str, str], ...]:
+        """``SchemaRegistryClient`` settings besides the URL (TLS files for https, basic auth)."""
+        return tuple(self.kafka_security().schema_registry(self.schema_registry_url,
+                                                           self.schema_registry_basic_auth).items())
 
     def replace(self, **changes: Any) -> "Settings":
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -400,6 +470,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 _SECTIONS = {"bootstrap_servers": "Kafka", "input_format": "formats", "aggregations": "windows",
              "spark_master": "Spark", "metrics_port": "operations"}
+
+
+_SECTIONS["kafka_security_protocol"] = "Kafka security"
 
 
 def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:
