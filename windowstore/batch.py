@@ -63,6 +63,7 @@ Plan = list[tuple[str, str | None]]
 _I32 = np.int32
 _NO_ARRIVAL = np.iinfo(_I32).max  # arrival indexes are int32 (-1: a record from before the batch)
 _LIMIT = 1 << 62
+_MAX_LONG = (1 << 63) - 1  # timestamps are Kafka longs: a larger one is invalid (R6)
 _I64 = np.int64
 _F64 = np.float64
 
@@ -220,18 +221,33 @@ def _column(values: Sequence[Any], kind: str) -> np.ndarray | None:
     if kind in ("sum", "mean"):
         if not all(type(v) is int for v in values):
             return None
-        arr = np.fromiter(values, _I64, n)
-        if n and int(np.abs(arr).max()) * n >= _LIMIT:
+        arr = _int64_or_none(values, n)
+        if arr is None or (n and _magnitude(arr) * n >= _LIMIT):  # prefix sums could leave int64
             return None
         return arr
     if all(type(v) is int for v in values):
-        if n and max(abs(v) for v in values) >= _LIMIT:
+        arr = _int64_or_none(values, n)
+        if arr is None or (n and _magnitude(arr) >= _LIMIT):
             return None
-        return np.fromiter(values, _I64, n)
+        return arr
     if all(type(v) is float for v in values):
         arr = np.fromiter(values, np.float64, n)
         return None if np.isnan(arr).any() else arr
     return None
+
+
+def _int64_or_none(values: Sequence[int], n: int) -> np.ndarray | None:
+    """``values`` (Python ints) as an int64 array; ``None`` when one is outside int64 (the caller falls back
+    to the record path, whose Python ints are exact: issue 29, sums never become floats)."""
+    try:
+        return np.fromiter(values, _I64, n)
+    except OverflowError:
+        return None
+
+
+def _magnitude(arr: np.ndarray) -> int:
+    """The largest ``|v|`` of an int64 array, as a Python int (``np.abs`` wraps at -2**63)."""
+    return max(-int(arr.min()), int(arr.max()))
 
 
 def _columnize(kw: "KeyWindows", plan: Plan, composite: bool) -> bool:
@@ -666,13 +682,16 @@ def process_batch(proc: "SlidingWindowProcessor", records: Sequence[tuple[Hashab
 def _timestamps(ts: Any) -> tuple[np.ndarray, np.ndarray]:
     """int64 timestamps and a mask of invalid ones (not an integer, or negative)."""
     arr = np.asarray(ts)
-    if arr.dtype.kind in "iu":
+    if arr.dtype.kind == "i":
         arr = arr.astype(_I64, copy=False)
         return arr, arr < 0
+    if arr.dtype.kind == "u":
+        bad = arr > _MAX_LONG  # beyond Kafka's long: invalid, as on the record path
+        return np.where(bad, 0, arr).astype(_I64), bad
     out = np.zeros(len(ts), _I64)
     bad = np.zeros(len(ts), bool)
     for i, t in enumerate(ts):
-        if isinstance(t, int) and not isinstance(t, bool) and t >= 0:
+        if isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= _MAX_LONG:
             out[i] = t
         else:
             bad[i] = True
@@ -759,9 +778,10 @@ def process_columns(
             if col is not None and col.dtype.kind == "f" and (kind in ("sum", "mean") or np.isnan(col).any()):
                 col = None
             if col is not None and col.dtype.kind in "iu":
-                col = col.astype(_I64, copy=False)
-                if len(col) and int(np.abs(col).max()) * max(len(col), 1) >= _LIMIT:
-                    col = None
+                if len(col) and (int(col.max()) >= _LIMIT or _magnitude(col.astype(_I64)) * len(col) >= _LIMIT):
+                    col = None  # sums could leave int64 (uint64 beyond it included): the record path is exact
+                else:
+                    col = col.astype(_I64, copy=False)
             elif col is not None and col.dtype.kind == "f":
                 col = col.astype(_F64, copy=False)  # float32 too: the state holds float64 columns
             elif col is not None:
@@ -903,6 +923,16 @@ def _values_from_fields(fields: dict[str | None, Any], n: int) -> list[Any]:
     names = list(fields)
     cols = [np.asarray(fields[f]).tolist() for f in names]
     return [dict(zip(names, row)) for row in zip(*cols)] if names else [1] * n
+
+
+def exact_column(values: list[Any]) -> np.ndarray:
+    """``values`` as a numpy column that keeps Python ints exact: ``np.array`` turns ints beyond int64 into
+    float64 (or uint64) and every other int of the column with them; such a column is an object array of the
+    ints as they are (issue 29: a sum never silently becomes a float, and a window of ``5`` shows ``5``)."""
+    arr = np.array(values)
+    if arr.dtype.kind in "uf" and int in set(map(type, values)):
+        arr = _object_array(values)
+    return arr
 
 
 def _new_kw() -> "KeyWindows":
@@ -1105,9 +1135,9 @@ def flush_columns(proc: "SlidingWindowProcessor") -> dict[str, Any]:
     updates = proc.flush()
     start = np.fromiter((u.start for u in updates), _I64, len(updates))
     if isinstance(agg, Composite):
-        values = {n: np.array([u.value[n] for u in updates]) for n in names}
+        values = {n: exact_column([u.value[n] for u in updates]) for n in names}
     else:
-        values = {names[0]: np.array([u.value for u in updates])}
+        values = {names[0]: exact_column([u.value for u in updates])}
     return {
         "key": [u.key for u in updates],
         "start": start,

@@ -37,6 +37,8 @@ from .windows import SlidingWindows
 __all__ = ["SlidingWindowProcessor", "visibility_for"]
 
 _new_update = tuple.__new__
+#: the largest valid record timestamp: Kafka's timestamps are Java longs (a larger one is invalid, R6)
+MAX_TIMESTAMP = (1 << 63) - 1
 
 
 class _gc_paused:
@@ -198,7 +200,7 @@ class SlidingWindowProcessor:
                 stats.dropped_invalid_timestamp += 1
                 self._drop(key, value, ts, DropReason.INVALID_TIMESTAMP)
                 return []
-        if ts < 0:
+        if ts < 0 or ts > MAX_TIMESTAMP:  # Kafka's timestamps are longs (R6)
             stats.dropped_invalid_timestamp += 1
             self._drop(key, value, ts, DropReason.INVALID_TIMESTAMP)
             return []
@@ -500,6 +502,8 @@ class SlidingWindowProcessor:
             return SlidingWindowProcessor._process_record(self, key, value, t)
         st = self.observed_stream_time
         if t > st:
+            if t > MAX_TIMESTAMP:
+                return SlidingWindowProcessor._process_record(self, key, value, t)
             self.observed_stream_time = st = t
         close = st - self.grace
         if t < close:  # late, or some of its windows are closed
