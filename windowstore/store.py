@@ -29,9 +29,9 @@ from __future__ import annotations
 import enum
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["Visibility", "WindowStore", "KeyWindows", "StoredWindow"]
+__all__ = ["Visibility", "WindowStore", "KeyWindows", "StoredWindow", "Columnar", "NO_TIMESTAMP", "key_bytes"]
 
 NO_TIMESTAMP = -1
 
@@ -61,12 +61,14 @@ class KeyWindows:
     values.
     """
 
-    __slots__ = ("starts", "_entries", "raw_ts", "raw_cols", "raw2d", "cols", "stamps", "gone",
+    __slots__ = ("starts", "stored", "raw_ts", "raw_cols", "raw2d", "cols", "stamps", "gone",
                  "lz_act", "lz_g", "lz_c", "lz_t", "lz_end", "lz_seq", "kmax", "exact")
 
     def __init__(self) -> None:
         self.starts: list[int] = []
-        self._entries: dict[int, list] = {}
+        #: ``{start: [acc, max_ts, count]}`` as stored: inside a lazy run (see the class docstring) the run's
+        #: windows hold their values minus the run totals; :attr:`entries` gives real values
+        self.stored: dict[int, list] = {}
         #: batch path only: accepted records' timestamps (ascending, arrival order within a ts) and, per
         #: aggregation part, the numeric value each contributes (``None`` for a count part)
         self.raw_ts: Any = None
@@ -75,7 +77,7 @@ class KeyWindows:
         #: see ``batch.raw_matrix``)
         self.raw2d: Any = None
         #: batch path only: the same windows as numpy columns; when set, ``starts``/``entries`` are empty
-        #: and :meth:`WindowStore._load` turns them back into entries before any record-path access
+        #: and :meth:`WindowStore.load` turns them back into entries before any record-path access
         self.cols: Any = None
         #: update mode's record cache (owned by the processor): start -> write sequence number of the windows
         #: written since the last flush (None: none), and the entries of those expired before the flush
@@ -98,14 +100,14 @@ class KeyWindows:
         """``{start: [acc, max_ts, count]}`` with real values (a lazy run is settled first)."""
         if self.lz_act is not None:
             self.settle()
-        return self._entries
+        return self.stored
 
     @entries.setter
     def entries(self, entries: dict[int, list]) -> None:
         self.lz_act = None
         self.kmax = None
         self.exact = None
-        self._entries = entries
+        self.stored = entries
 
     def __len__(self) -> int:
         return len(self.starts) if self.cols is None else len(self.cols)
@@ -121,7 +123,7 @@ class KeyWindows:
     def settle_range(self, a: int, b: int) -> None:
         """Real values back for the run's windows at indexes ``a`` to ``b - 1`` (they leave the run)."""
         starts = self.starts
-        entries = self._entries
+        entries = self.stored
         g = self.lz_g
         c = self.lz_c
         t = self.lz_t
@@ -155,7 +157,7 @@ class KeyWindows:
         i = bisect_left(starts, bound)
         dropped = starts[:i]
         del starts[:i]
-        entries = self._entries
+        entries = self.stored
         stamps = self.stamps
         if stamps:  # written since the last flush: the flush still reports them (R21)
             gone = self.gone
@@ -169,6 +171,15 @@ class KeyWindows:
             for s in dropped:
                 del entries[s]
         return i
+
+
+class Columnar(Protocol):
+    """How the store turns a key the batch path holds as numpy columns back into entries, and trims it
+    (:class:`windowstore.columns.ColumnCodec`)."""
+
+    def materialize(self, kw: KeyWindows) -> None: ...
+
+    def trim(self, kw: KeyWindows, bound: int) -> int: ...
 
 
 class WindowStore:
@@ -192,26 +203,27 @@ class WindowStore:
         purge_margin_ms: int | None = None,
         loader: Callable[[Hashable], KeyWindows | None] | None = None,
         purge_slack_ms: int = 0,
+        columnar: Columnar | None = None,
     ) -> None:
         if retention_ms < 0:
             raise ValueError(f"retention_ms must not be negative, got {retention_ms}")
         self.retention_ms = retention_ms
         self.visibility = visibility
         self.purge_margin_ms = purge_margin_ms
-        #: read bound = store_time - _read_lag (None: unbounded); purge bound = store_time - _purge_lag
-        self._read_lag: int | None = {
+        #: read bound = store_time - read_lag (None: unbounded); purge bound = store_time - purge_lag
+        self.read_lag: int | None = {
             Visibility.KEY_FIRST: retention_ms - 1,
             Visibility.TIME_FIRST: retention_ms,
             Visibility.UNBOUNDED: None,
         }[visibility]
-        self._purge_lag = purge_margin_ms if visibility is Visibility.UNBOUNDED else self._read_lag
+        self.purge_lag = purge_margin_ms if visibility is Visibility.UNBOUNDED else self.read_lag
         if purge_slack_ms < 0:
             raise ValueError(f"purge_slack_ms must not be negative, got {purge_slack_ms}")
-        #: purge on access when the oldest start < store_time - _trim_lag (the slack only where purging is
+        #: purge on access when the oldest start < store_time - trim_lag (the slack only where purging is
         #: not what hides windows from reads)
-        self._trim_lag = (
-            None if self._purge_lag is None
-            else self._purge_lag + (purge_slack_ms if visibility is Visibility.UNBOUNDED else 0)
+        self.trim_lag = (
+            None if self.purge_lag is None
+            else self.purge_lag + (purge_slack_ms if visibility is Visibility.UNBOUNDED else 0)
         )
         self.store_time = NO_TIMESTAMP
         #: windows of the keys held in memory (all keys, unless a ``loader`` brings them in on first use)
@@ -222,25 +234,29 @@ class WindowStore:
         self.dirty: set[Hashable] = set()
         self.loader = loader
         self.expired = 0
-        self._size = 0
+        #: windows held (including not-yet-purged invisible ones): every module that adds or drops windows
+        #: of a key behind the store's back (the record path's inline inserts, the batch path) adjusts it
+        self.size = 0
+        #: the batch path's columnar keys (None: every key is held as entries), see :class:`Columnar`
+        self.columnar = columnar
 
     # -- visibility -------------------------------------------------------------------------------------------
     def read_bound(self) -> int:
         """Smallest window start a read can see now (inclusive)."""
-        lag = self._read_lag
+        lag = self.read_lag
         if lag is None or self.store_time == NO_TIMESTAMP:
             return -(1 << 62)
         return self.store_time - lag
 
     def purge_bound(self) -> int:
         """Starts below this are never read again and may be dropped."""
-        lag = self._purge_lag
+        lag = self.purge_lag
         if lag is None or self.store_time == NO_TIMESTAMP:
             return -(1 << 62)
         return self.store_time - lag
 
     # -- writes -----------------------------------------------------------------------------------------------
-    def _load(self, key: Hashable, columns: bool = False) -> KeyWindows | None:
+    def load(self, key: Hashable, columns: bool = False) -> KeyWindows | None:
         """The key's windows from memory, or from the loader the first time the key is used: as entries, or
         as they are (entries or columns) with ``columns=True`` - the batch path, which would turn entries
         materialized here straight back into columns."""
@@ -250,33 +266,28 @@ class WindowStore:
                 kw = self.loader(key)
                 if kw is not None:
                     self.keys[key] = kw
-                    self._size += len(kw)
+                    self.size += len(kw)
         if not columns and kw is not None and (
             kw.cols is not None or (kw.raw_ts is not None and not isinstance(kw.raw_ts, list))
         ):
-            self.materialize(kw)  # type: ignore[misc]  (a loaded key may come as columns too)
+            self.columnar.materialize(kw)  # type: ignore[union-attr]  (a loaded key may come as columns too)
         return kw
-
-    #: set by the batch path: turns columnar windows/raw records of a key back into entries/lists
-    materialize: Callable[[KeyWindows], None] | None = None
-    #: set by the batch path: ``trim_below`` for a key held as columns
-    trim_columnar: Callable[[KeyWindows, int], int] | None = None
 
     def windows_of(self, key: Hashable) -> KeyWindows:
         """The key's windows, trimmed to what is still visible (created empty if the key is new)."""
         kw = self.keys.get(key)
         if kw is None or kw.cols is not None or (kw.raw_ts is not None and type(kw.raw_ts) is not list):
-            kw = self._load(key)
+            kw = self.load(key)
             if kw is None:
                 kw = self.keys[key] = KeyWindows()
                 return kw
         starts = kw.starts
         # purge_bound() inline: with no store time yet, store_time - lag is below every start (>= 0)
-        lag = self._trim_lag
+        lag = self.trim_lag
         if starts and lag is not None and starts[0] < self.store_time - lag:
-            n = kw.trim_below(self.store_time - self._purge_lag)  # type: ignore[operator]
+            n = kw.trim_below(self.store_time - self.purge_lag)  # type: ignore[operator]
             self.expired += n
-            self._size -= n
+            self.size -= n
             self.dirty.add(key)
         return kw
 
@@ -301,23 +312,23 @@ class WindowStore:
         """Add a window the key does not have yet (``entry`` = ``[acc, max_ts, count]``). Returns False, storing
         nothing, when ``start`` is below the read bound: Kafka's store would keep it invisible (or drop it as
         an expired segment), so no read could ever see it."""
-        lag = self._read_lag
+        lag = self.read_lag
         if lag is not None and start < self.store_time - lag and self.store_time != NO_TIMESTAMP:
             return False
-        kw._entries[start] = entry
+        kw.stored[start] = entry
         starts = kw.starts
         if not starts or start > starts[-1]:
             starts.append(start)
             self.key_max_start[key] = start
         else:
             starts.insert(bisect_left(starts, start), start)
-        self._size += 1
+        self.size += 1
         return True
 
     # -- reads ------------------------------------------------------------------------------------------------
     def get(self, key: Hashable, start: int) -> StoredWindow | None:
         """The window of ``key`` starting at ``start`` if it exists and is visible."""
-        kw = self._load(key)
+        kw = self.load(key)
         if kw is None or start < self.read_bound():
             return None
         e = kw.entries.get(start)
@@ -325,7 +336,7 @@ class WindowStore:
 
     def fetch(self, key: Hashable, time_from: int, time_to: int) -> Iterator[StoredWindow]:
         """Windows of ``key`` with ``time_from <= start <= time_to`` (both inclusive), ascending start."""
-        kw = self._load(key)
+        kw = self.load(key)
         if kw is None:
             return
         lo = max(time_from, self.read_bound())
@@ -337,7 +348,7 @@ class WindowStore:
 
     def backward_fetch(self, key: Hashable, time_from: int, time_to: int) -> Iterator[StoredWindow]:
         """Like :meth:`fetch` but in descending start order."""
-        kw = self._load(key)
+        kw = self.load(key)
         if kw is None:
             return
         lo = max(time_from, self.read_bound())
@@ -359,7 +370,7 @@ class WindowStore:
         """Every visible window, per key in insertion order of keys, ascending start."""
         bound = self.read_bound()
         for key in list(self.keys):
-            kw = self._load(key)
+            kw = self.load(key)
             for s in kw.starts:  # type: ignore[union-attr]
                 if s >= bound:
                     e = kw.entries[s]
@@ -373,7 +384,7 @@ class WindowStore:
         bound = self.purge_bound()
         dropped = 0
         for key, kw in self.keys.items():
-            n = kw.trim_below(bound) if kw.cols is None else self.trim_columnar(kw, bound)  # type: ignore[misc]
+            n = kw.trim_below(bound) if kw.cols is None else self.columnar.trim(kw, bound)  # type: ignore[union-attr]
             if n:
                 dropped += n
                 self.dirty.add(key)
@@ -384,7 +395,7 @@ class WindowStore:
             del self.key_max_start[key]
             self.dirty.add(key)
         self.expired += dropped
-        self._size -= dropped
+        self.size -= dropped
         return dropped
 
     def clear_dirty(self) -> None:
@@ -392,7 +403,7 @@ class WindowStore:
 
     def __len__(self) -> int:
         """Number of windows held (including not-yet-purged invisible ones)."""
-        return self._size
+        return self.size
 
     def num_keys(self) -> int:
         return len(self.keys)

@@ -51,7 +51,7 @@ def trace(case, agg, lazy: bool) -> list:
     td, grace, recs = case
     proc = SlidingWindowProcessor(SlidingWindows(td, grace), agg(), "update")
     if not lazy:
-        proc._lazy = False
+        proc.state.lazy = False
     out = []
     for k, v, t, action in recs:
         if agg is Sum or type(v) is not float:
