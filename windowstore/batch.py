@@ -130,7 +130,7 @@ def _consistent_with_r3(td: int, plan: Plan, kw: KeyWindows, nts: np.ndarray) ->
     hi_read = int(nts.max()) + 1
     c = kw.cols
     sel = (c.starts >= lo_read) & (c.starts <= hi_read)
-    T = kw.raw_ts
+    T = kw.raw.ts  # type: ignore[union-attr]
     r3 = _r3_starts(np.unique(T), td) if len(T) else np.zeros(0, _I64)
     r3 = r3[(r3 >= lo_read) & (r3 <= hi_read)]
     if not np.array_equal(c.starts[sel], r3):
@@ -139,7 +139,7 @@ def _consistent_with_r3(td: int, plan: Plan, kw: KeyWindows, nts: np.ndarray) ->
     hi = np.searchsorted(T, r3 + td, "right")
     if not (np.array_equal(c.counts[sel], hi - lo) and np.array_equal(c.ts[sel], T[hi - 1])):
         return False
-    for stored, want in zip(c.parts, _aggregate(plan, kw.raw_cols, lo, hi)):
+    for stored, want in zip(c.parts, _aggregate(plan, kw.raw.cols, lo, hi)):
         if stored is not None and not np.array_equal(stored[sel], want):
             return False
     return True
@@ -584,7 +584,7 @@ def process_columns(
         if len(kw.cols) and kw.cols.kinds != new_kinds:
             return fallback()
         for i, p in enumerate(parts_new):
-            if p is not None and len(kw.raw_ts) and kw.raw_cols[i].dtype != p.dtype:
+            if p is not None and len(kw.raw.ts) and kw.raw.cols[i].dtype != p.dtype:  # type: ignore[union-attr]
                 return fallback()
         if key in state.flagged_keys and not _consistent_with_r3(td, plan, kw, acc_ts[key_id == k]):
             return fallback()

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .aggregations import Aggregation, Composite, Field
-from .store import KeyWindows
+from .store import KeyWindows, RawRecords
 
 __all__ = ["Plan", "batch_plan", "Cols", "ColumnCodec", "raw_matrix", "set_raw", "accumulators", "columnize",
            "column", "exact_column", "object_array", "KeyIds", "part_kinds", "bit_rows", "rows_of"]
@@ -128,18 +128,17 @@ def rows_of(m: np.ndarray, first: int, kinds: tuple[str | None, ...]) -> list[An
 
 def raw_matrix(kw: KeyWindows) -> np.ndarray:
     """A columnar key's raw records as rows of one int64 matrix: ts, then each part's values (see
-    :attr:`Cols.stacked`); built once, kept in ``kw.raw2d``."""
-    m = kw.raw2d
+    :attr:`Cols.stacked`); built once, kept in ``kw.raw.matrix``."""
+    raw = kw.raw
+    m = raw.matrix  # type: ignore[union-attr]
     if m is None:
-        m = kw.raw2d = np.stack([kw.raw_ts, *bit_rows(kw.raw_cols or ())])
+        m = raw.matrix = np.stack([raw.ts, *bit_rows(raw.cols)])  # type: ignore[union-attr]
     return m
 
 
 def set_raw(kw: KeyWindows, m: np.ndarray, kinds: tuple[str | None, ...]) -> None:
     """Hold the raw records of matrix ``m`` (see :func:`raw_matrix`) in ``kw``."""
-    kw.raw2d = m
-    kw.raw_ts = m[0]
-    kw.raw_cols = rows_of(m, 1, kinds)
+    kw.raw = RawRecords(m[0], rows_of(m, 1, kinds), m)
 
 
 # ------------------------------------------------------------------------------------------- representation
@@ -165,10 +164,9 @@ def materialize(kw: KeyWindows, plan: Plan, composite: bool) -> None:
         accs = accumulators(plan, composite, counts, c.parts)
         kw.starts = starts
         kw.entries = {s: [a, t, n] for s, a, t, n in zip(starts, accs, c.ts.tolist(), counts)}
-    if kw.raw_ts is not None and not isinstance(kw.raw_ts, list):
-        kw.raw_ts = kw.raw_ts.tolist()
-        kw.raw_cols = [None if col is None else col.tolist() for col in kw.raw_cols or ()]
-        kw.raw2d = None
+    raw = kw.raw
+    if raw is not None and not isinstance(raw.ts, list):
+        kw.raw = RawRecords(raw.ts.tolist(), [None if col is None else col.tolist() for col in raw.cols])
 
 
 def column(values: Sequence[Any], kind: str) -> np.ndarray | None:
@@ -231,11 +229,12 @@ def columnize(kw: KeyWindows, plan: Plan, composite: bool) -> bool:
         )
         kw.starts = []
         kw.entries = {}
-    if kw.raw_ts is None:
+    raw = kw.raw
+    if raw is None:
         set_raw(kw, np.zeros((1 + sum(kind != "count" for kind, _f in plan), 0), _I64), kw.cols.kinds)
-    elif isinstance(kw.raw_ts, list):
+    elif isinstance(raw.ts, list):
         cols = []
-        for (kind, _f), col in zip(plan, kw.raw_cols or ()):
+        for (kind, _f), col in zip(plan, raw.cols):
             if col is None:
                 cols.append(None)
                 continue
@@ -243,17 +242,19 @@ def columnize(kw: KeyWindows, plan: Plan, composite: bool) -> bool:
             if arr is None:
                 return False
             cols.append(arr)
-        kw.raw_ts = np.fromiter(kw.raw_ts, _I64, len(kw.raw_ts))
-        kw.raw_cols = cols
-        kw.raw2d = None
+        ts = int64_or_none(raw.ts, len(raw.ts))
+        if ts is None:
+            return False
+        kw.raw = RawRecords(ts, cols)
     return True
 
 
 def trim(kw: KeyWindows, bound: int) -> int:
     """Columnar :meth:`KeyWindows.trim_below`."""
-    if len(kw.raw_ts) and kw.raw_ts[0] < bound:
-        j = int(kw.raw_ts.searchsorted(bound))
-        set_raw(kw, raw_matrix(kw)[:, j:], part_kinds(kw.raw_cols))
+    raw = kw.raw
+    if len(raw.ts) and raw.ts[0] < bound:  # type: ignore[union-attr]
+        j = int(raw.ts.searchsorted(bound))  # type: ignore[union-attr]
+        set_raw(kw, raw_matrix(kw)[:, j:], part_kinds(raw.cols))  # type: ignore[union-attr]
     m = kw.cols.stacked  # row 0: the starts (read from the matrix: no column views made for the check)
     if m.shape[1] and m[0, 0] < bound:
         c = kw.cols

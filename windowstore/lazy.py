@@ -55,7 +55,7 @@ def process_fast(state: EngineState, key: Hashable, value: Any, t: Any) -> list[
     stats.accepted += 1
     store = state.store
     kw = store.keys.get(key)
-    if kw is None or kw.cols is not None or kw.raw_ts is not None:
+    if kw is None or kw.cols is not None or kw.raw is not None:
         kw = store.windows_of(key)
     else:  # windows_of inline: purge (past the slack) the windows no read can see any more
         starts = kw.starts

@@ -31,7 +31,7 @@ from typing import Any
 
 from .cache import open_stamps
 from .state import EngineState
-from .store import NO_TIMESTAMP, KeyWindows
+from .store import NO_TIMESTAMP, KeyWindows, RawRecords
 from .updates import DropReason, DroppedRecord, WindowUpdate
 
 __all__ = ["process_record", "process_reverse", "process_early", "maybe_emit_final", "emission_bounds",
@@ -359,12 +359,12 @@ def open_key(state: EngineState, key: Hashable, value: Any, t: int, close: int) 
 
 def keep_raw(state: EngineState, key: Hashable, kw: Any, value: Any, t: int, close: int) -> None:
     plan = state.plan
-    if kw.raw_ts is None:
-        kw.raw_ts = []
-        kw.raw_cols = [None if kind == "count" else [] for kind, _ in plan]
-    i = bisect_right(kw.raw_ts, t)
-    kw.raw_ts.insert(i, t)
-    for (kind, field), col in zip(plan, kw.raw_cols):
+    raw = kw.raw
+    if raw is None:
+        raw = kw.raw = RawRecords([], [None if kind == "count" else [] for kind, _ in plan])
+    i = bisect_right(raw.ts, t)
+    raw.ts.insert(i, t)
+    for (kind, field), col in zip(plan, raw.cols):
         if col is not None:
             col.insert(i, value if field is None else value[field])
     if t < close:

@@ -35,7 +35,7 @@ from .aggregations import Aggregation, Composite
 from .columns import Cols, batch_plan, materialize, set_raw
 from .pending import PendingWindows
 from .state import EngineState
-from .store import KeyWindows
+from .store import KeyWindows, RawRecords
 from .updates import ProcessorStats
 
 __all__ = [
@@ -100,13 +100,14 @@ def _encode_columns(kw: KeyWindows) -> bytes:
     """Format 2: a batch-path key's numpy columns as they are (see the module docstring)."""
     c = kw.cols
     parts = list(c.parts)
-    raw_cols = list(kw.raw_cols or ())
+    raw = kw.raw
+    raw_cols = list(raw.cols) if raw is not None else []
     if len(raw_cols) != len(parts):
         raise StateFormatError(f"{len(parts)} window columns but {len(raw_cols)} raw columns")
     codes = bytes([_type_code(x) for x in parts] + [_type_code(x) for x in raw_cols])
-    arrays = [c.starts, c.ts, c.counts, *(x for x in parts if x is not None), kw.raw_ts,
+    arrays = [c.starts, c.ts, c.counts, *(x for x in parts if x is not None), raw.ts,  # type: ignore[union-attr]
               *(x for x in raw_cols if x is not None)]
-    chunks = [_COLUMNS_HEADER.pack(KEY_FORMAT_COLUMNS, len(c.starts), len(kw.raw_ts), len(parts)), codes]
+    chunks = [_COLUMNS_HEADER.pack(KEY_FORMAT_COLUMNS, len(c.starts), len(raw.ts), len(parts)), codes]  # type: ignore[union-attr]
     chunks.extend(a.astype(t, copy=False).tobytes() for a, t in zip(arrays, _column_dtypes(codes, len(parts))))
     return b"".join(chunks)
 
@@ -142,6 +143,7 @@ def encode_key_windows(kw: KeyWindows) -> bytes:
     starts = kw.starts
     n = len(starts)
     entries = kw.entries
+    raw = kw.raw
     deltas = [starts[0]] + [starts[i] - starts[i - 1] for i in range(1, n)] if n else []
     rows = [entries[s] for s in starts]
     return b"".join(
@@ -150,7 +152,8 @@ def encode_key_windows(kw: KeyWindows) -> bytes:
             _int64_bytes(deltas),
             _int64_bytes(r[1] for r in rows),
             _int64_bytes(r[2] for r in rows),
-            pickle.dumps(([r[0] for r in rows], kw.raw_ts, kw.raw_cols), protocol=5),
+            pickle.dumps(([r[0] for r in rows], None if raw is None else raw.ts, None if raw is None else raw.cols),
+                         protocol=5),
         )
     )
 
@@ -177,8 +180,8 @@ def decode_key_windows(data: bytes) -> KeyWindows:
     if len(accs) != n:
         raise StateFormatError(f"key state blob holds {len(accs)} aggregates for {n} windows")
     kw = KeyWindows()
-    kw.raw_ts = raw_ts
-    kw.raw_cols = raw_cols
+    if raw_ts is not None:
+        kw.raw = RawRecords(raw_ts, raw_cols)
     s = 0
     starts = kw.starts
     entries = kw.entries

@@ -31,7 +31,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, Protocol
 
-__all__ = ["Visibility", "WindowStore", "KeyWindows", "StoredWindow", "Columnar", "NO_TIMESTAMP", "key_bytes"]
+__all__ = ["Visibility", "WindowStore", "KeyWindows", "RawRecords", "StoredWindow", "Columnar", "NO_TIMESTAMP", "key_bytes"]
 
 NO_TIMESTAMP = -1
 
@@ -45,6 +45,22 @@ class Visibility(enum.Enum):
     KEY_FIRST = "key-first"
     TIME_FIRST = "time-first"
     UNBOUNDED = "unbounded"
+
+
+class RawRecords:
+    """Batch path only: one key's accepted records within retention, from which it recomputes windows (R30).
+
+    ``ts`` ascending (arrival order within a timestamp) and ``cols``: per aggregation part the numeric value
+    each record contributes (``None`` for a count part). Python lists while the record path holds the key;
+    numpy arrays while the batch path does, then the rows of the int64 matrix ``matrix`` (float64 values as
+    their bits; None: not built yet, see ``columns.raw_matrix``)."""
+
+    __slots__ = ("ts", "cols", "matrix")
+
+    def __init__(self, ts: Any, cols: list[Any], matrix: Any = None) -> None:
+        self.ts = ts
+        self.cols = cols
+        self.matrix = matrix
 
 
 class KeyWindows:
@@ -61,7 +77,7 @@ class KeyWindows:
     values.
     """
 
-    __slots__ = ("starts", "stored", "raw_ts", "raw_cols", "raw2d", "cols", "stamps", "gone",
+    __slots__ = ("starts", "stored", "raw", "cols", "stamps", "gone",
                  "lz_act", "lz_g", "lz_c", "lz_t", "lz_end", "lz_seq", "kmax", "exact")
 
     def __init__(self) -> None:
@@ -69,13 +85,8 @@ class KeyWindows:
         #: ``{start: [acc, max_ts, count]}`` as stored: inside a lazy run (see the class docstring) the run's
         #: windows hold their values minus the run totals; :attr:`entries` gives real values
         self.stored: dict[int, list] = {}
-        #: batch path only: accepted records' timestamps (ascending, arrival order within a ts) and, per
-        #: aggregation part, the numeric value each contributes (``None`` for a count part)
-        self.raw_ts: Any = None
-        self.raw_cols: list[Any] | None = None
-        #: batch path only: ``raw_ts`` and ``raw_cols`` as the rows of one int64 matrix (None: not built yet;
-        #: see ``batch.raw_matrix``)
-        self.raw2d: Any = None
+        #: batch path only: the key's accepted records within retention (None: not kept)
+        self.raw: RawRecords | None = None
         #: batch path only: the same windows as numpy columns; when set, ``starts``/``entries`` are empty
         #: and :meth:`WindowStore.load` turns them back into entries before any record-path access
         self.cols: Any = None
@@ -142,11 +153,11 @@ class KeyWindows:
     def trim_below(self, bound: int) -> int:
         """Drop every window with start < ``bound`` (and raw records with ts < ``bound``); return how many
         windows were dropped."""
-        raw = self.raw_ts
-        if raw is not None and len(raw) and raw[0] < bound:
-            j = bisect_left(raw, bound)
-            del raw[:j]
-            for col in self.raw_cols or ():
+        raw = self.raw
+        if raw is not None and raw.ts and raw.ts[0] < bound:
+            j = bisect_left(raw.ts, bound)
+            del raw.ts[:j]
+            for col in raw.cols:
                 if col is not None:
                     del col[:j]
         starts = self.starts
@@ -268,7 +279,7 @@ class WindowStore:
                     self.keys[key] = kw
                     self.size += len(kw)
         if not columns and kw is not None and (
-            kw.cols is not None or (kw.raw_ts is not None and not isinstance(kw.raw_ts, list))
+            kw.cols is not None or (kw.raw is not None and type(kw.raw.ts) is not list)
         ):
             self.columnar.materialize(kw)  # type: ignore[union-attr]  (a loaded key may come as columns too)
         return kw
@@ -276,7 +287,7 @@ class WindowStore:
     def windows_of(self, key: Hashable) -> KeyWindows:
         """The key's windows, trimmed to what is still visible (created empty if the key is new)."""
         kw = self.keys.get(key)
-        if kw is None or kw.cols is not None or (kw.raw_ts is not None and type(kw.raw_ts) is not list):
+        if kw is None or kw.cols is not None or (kw.raw is not None and type(kw.raw.ts) is not list):
             kw = self.load(key)
             if kw is None:
                 kw = self.keys[key] = KeyWindows()

@@ -302,7 +302,7 @@ def test_stored_columns_never_view_the_batch_scratch_buffers():
         assert proc.flush() == reference.flush()
         buffers = batch_module._scratch_space.bufs.values()
         for kw in proc.store.keys.values():
-            for m in (kw.cols.stacked, kw.raw2d):
+            for m in (kw.cols.stacked, kw.raw.matrix):
                 assert not any(np.shares_memory(m, buf) for buf in buffers)
 
     # one buffer per thread: a replay in another thread does not share them

@@ -70,9 +70,9 @@ def test_columns_round_trip(make, floats):
         assert blob[0] == KEY_FORMAT_COLUMNS
         back = decode_key_windows(blob)
         for a, b in [(back.cols.starts, kw.cols.starts), (back.cols.ts, kw.cols.ts),
-                     (back.cols.counts, kw.cols.counts), (back.raw_ts, kw.raw_ts)]:
+                     (back.cols.counts, kw.cols.counts), (back.raw.ts, kw.raw.ts)]:
             assert a.dtype == b.dtype and np.array_equal(a, b)
-        for a, b in [*zip(back.cols.parts, kw.cols.parts), *zip(back.raw_cols, kw.raw_cols)]:
+        for a, b in [*zip(back.cols.parts, kw.cols.parts), *zip(back.raw.cols, kw.raw.cols)]:
             assert (a is None) == (b is None)
             if a is not None:
                 assert a.dtype == b.dtype and np.array_equal(a, b)
@@ -104,8 +104,8 @@ def test_entries_from_columns(make):
         back = decode_key_windows(blob)
         entries_from_columns(back, make())
         kw = proc.store.load(key)
-        assert (back.starts, back.entries, back.raw_ts, back.raw_cols) == \
-            (kw.starts, kw.entries, kw.raw_ts, kw.raw_cols)
+        assert (back.starts, back.entries, back.raw.ts, back.raw.cols) == \
+            (kw.starts, kw.entries, kw.raw.ts, kw.raw.cols)
 
 
 def test_malformed_columns_blob_is_an_error():
