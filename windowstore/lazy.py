@@ -2,8 +2,8 @@
 :class:`~windowstore.state.EngineState`.
 
 When a key's records arrive in order, every record adds to the same suffix of the key's windows (those that
-start after ``t - td``). :func:`process_fast` keeps that suffix as a lazy run on the key (``KeyWindows.lz_*``,
-see :class:`~windowstore.store.KeyWindows`) instead of writing each window: O(1) per record plus one write
+start after ``t - td``). :func:`process_fast` keeps that suffix as a lazy run on the key (``KeyWindows.run``,
+see :class:`~windowstore.store.LazyRun`) instead of writing each window: O(1) per record plus one write
 per window that leaves the run. Any record it does not handle goes to the reference
 (:mod:`windowstore.record`), which settles the run first. ``tests/windowstore/test_lazy_run.py`` proves the
 results identical to the reference, whatever is observed in the middle of a run.
@@ -19,6 +19,7 @@ from typing import Any
 from .cache import open_stamps
 from .record import MAX_TIMESTAMP, process_record, process_reverse
 from .state import EngineState
+from .store import LazyRun
 from .updates import WindowUpdate
 
 __all__ = ["process_fast", "record_step"]
@@ -36,7 +37,7 @@ def process_fast(state: EngineState, key: Hashable, value: Any, t: Any) -> list[
     ``t >= td`` and ``t >= close`` (not late, no write skipped) whose key is in order - ``t`` is at least
     every max ts of the key and no window starts after ``t`` - adds ``t`` to exactly the suffix of the key's
     windows that start after ``t - td``: that suffix is kept as a lazy run on the key (see
-    :class:`~windowstore.store.KeyWindows`), O(1) per record plus one write per window leaving the run.
+    :class:`~windowstore.store.LazyRun`), O(1) per record plus one write per window leaving the run.
     Sum is lazy only while every sum of the key is an ``int`` (exact). Anything else takes the reference,
     :func:`~windowstore.record.process_record` or :func:`~windowstore.record.process_reverse`, which end the
     run first."""
@@ -64,22 +65,25 @@ def process_fast(state: EngineState, key: Hashable, value: Any, t: Any) -> list[
             store.expired += dropped
             store.size -= dropped
     store.dirty.add(key)
+    run = kw.run
+    if run is None:
+        run = kw.run = LazyRun()
     inc = 1
-    if state.inline == 2 and (type(value) is not int or kw.exact is not True):  # Sum: while sums are ints
+    if state.inline == 2 and (type(value) is not int or run.exact is not True):  # Sum: while sums are ints
         if type(value) is not int:
-            kw.exact = False
+            run.exact = False
             process_reverse(state, key, value, t, close, kw)
             return []
-        if kw.exact is None:
-            kw.exact = all(type(e[0]) is int for e in kw.stored.values())
-        if not kw.exact:
+        if run.exact is None:
+            run.exact = all(type(e[0]) is int for e in kw.stored.values())
+        if not run.exact:
             process_reverse(state, key, value, t, close, kw)
             return []
     if state.inline == 2:
         inc = value
-    kmax = kw.kmax
+    kmax = run.kmax
     if kmax is None:
-        kmax = kw.kmax = max([e[1] for e in kw.stored.values()], default=-1)
+        kmax = run.kmax = max([e[1] for e in kw.stored.values()], default=-1)
     starts = kw.starts
     if t < kmax or (starts and starts[-1] > t):
         process_reverse(state, key, value, t, close, kw)
@@ -94,38 +98,38 @@ def process_fast(state: EngineState, key: Hashable, value: Any, t: Any) -> list[
     if stamps is None:
         stamps = open_stamps(state, key, kw)
     seq = state.seq
-    act = kw.lz_act
+    act = run.act
     if act is not None:
         a = j - 1 if j and starts[j - 1] == act else bisect_left(starts, act)  # usually one window leaves
         if a > j:  # windows before the run would join it (not expected in order): start a new run
             kw.settle()
             act = None
         elif a < j:  # windows leaving the run (they no longer contain the newest record): real values back
-            end = kw.lz_end
+            end = run.end
             if a + 1 == j and starts[a] <= end:  # KeyWindows.settle_range inline for the usual one window
                 e = entries[starts[a]]
-                e[0] += kw.lz_g
-                e[1] = kw.lz_t
-                e[2] += kw.lz_c
+                e[0] += run.g
+                e[1] = run.t
+                e[2] += run.c
                 ie = n - 2 if n > 1 and starts[n - 2] == end else bisect_left(starts, end)  # usually n - 2
-                stamps[starts[a]] = kw.lz_seq + 1 + ie - a
+                stamps[starts[a]] = run.seq + 1 + ie - a
             else:
                 kw.settle_range(a, j)
         if not updated:
-            kw.lz_act = None
+            run.act = None
     if updated:
         if act is None:  # a new run
-            kw.lz_g = inc
-            kw.lz_c = 1
+            run.g = inc
+            run.c = 1
         else:
-            kw.lz_g += inc
-            kw.lz_c += 1
-        kw.lz_act = starts[j]
-        kw.lz_t = t
-        kw.lz_end = starts[-1]
-        kw.lz_seq = seq
+            run.g += inc
+            run.c += 1
+        run.act = starts[j]
+        run.t = t
+        run.end = starts[-1]
+        run.seq = seq
         seq += updated
-    kw.kmax = t
+    run.kmax = t
     lo = t - 2 * td
     prev = -1  # the previous record's timestamp (none: -1)
     x = j - 1
@@ -161,8 +165,8 @@ def process_fast(state: EngineState, key: Hashable, value: Any, t: Any) -> list[
             created += 1
             seq += 1
             if not starts or p1 > starts[-1]:
-                if kw.lz_act is not None:  # joins the run: stored minus the run totals
-                    e = [inc - kw.lz_g, t, 1 - kw.lz_c]
+                if run.act is not None:  # joins the run: stored minus the run totals
+                    e = [inc - run.g, t, 1 - run.c]
                 else:
                     e = [inc, t, 1]
                 entries[p1] = e

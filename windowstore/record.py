@@ -101,13 +101,14 @@ def process_reverse(state: EngineState, key: Hashable, value: Any, t: int, close
         store.dirty.add(key)
     if state.plan is not None:
         keep_raw(state, key, kw, value, t, close)
-    if state.lazy:  # end the run; keep what _process_fast checks true
-        if kw.lz_act is not None:
+    if state.lazy and kw.run is not None:  # end the run; keep what lazy.process_fast checks true
+        run = kw.run
+        if run.act is not None:
             kw.settle()
-        if kw.kmax is not None and t > kw.kmax:
-            kw.kmax = t
-        if kw.exact and type(value) is not int:
-            kw.exact = False
+        if run.kmax is not None and t > run.kmax:
+            run.kmax = t
+        if run.exact and type(value) is not int:
+            run.exact = False
     starts = kw.starts
     entries = kw.stored
     lo = t - 2 * td
@@ -236,11 +237,12 @@ def process_early(state: EngineState, key: Hashable, value: Any, t: int, close: 
     kw = open_key(state, key, value, t, close)
     starts = kw.starts
     entries = kw.entries  # ends a lazy run
-    if state.lazy:  # keep what _process_fast checks true
-        if kw.kmax is not None and t > kw.kmax:
-            kw.kmax = t
-        if kw.exact and type(value) is not int:
-            kw.exact = False
+    if state.lazy and kw.run is not None:  # keep what lazy.process_fast checks true
+        run = kw.run
+        if run.kmax is not None and t > run.kmax:
+            run.kmax = t
+        if run.exact and type(value) is not int:
+            run.exact = False
     lo = store.read_bound()
     if lo < 0:
         lo = 0

@@ -31,7 +31,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, Protocol
 
-__all__ = ["Visibility", "WindowStore", "KeyWindows", "RawRecords", "StoredWindow", "Columnar", "NO_TIMESTAMP", "key_bytes"]
+__all__ = ["Visibility", "WindowStore", "KeyWindows", "RawRecords", "LazyRun", "StoredWindow", "Columnar", "NO_TIMESTAMP", "key_bytes"]
 
 NO_TIMESTAMP = -1
 
@@ -63,22 +63,46 @@ class RawRecords:
         self.matrix = matrix
 
 
+class LazyRun:
+    """A key's lazy run (update mode, exact Count/Sum: windowstore/lazy.py) and what it knows of the key.
+
+    When a key's records arrive in order, every record adds to the same suffix of its windows (those starting
+    after ``t - td``). Instead of writing each of them, the lazy path adds to the run totals ``g`` (acc) and
+    ``c`` (count) and sets ``t`` (max ts); the windows with ``start >= act`` then hold their values minus the
+    run totals, and their max ts is ``t``. ``end``/``seq``: the newest start written by the run's last record
+    and the write sequence number before it (that record wrote ``end`` first: window ``k`` places before it
+    got ``seq + 1 + k``). :meth:`KeyWindows.settle` writes the real values (and record-cache stamps) back;
+    :attr:`KeyWindows.entries` settles first, so every reader outside the hot loop sees real values."""
+
+    __slots__ = ("act", "g", "c", "t", "end", "seq", "kmax", "exact")
+
+    def __init__(self) -> None:
+        #: the oldest start in the run (None: no run, every entry holds real values)
+        self.act: int | None = None
+        self.g: Any = 0
+        self.c = 0
+        self.t = 0
+        self.end = 0
+        self.seq = 0
+        #: an upper bound of every window's max ts (None: not known yet)
+        self.kmax: int | None = None
+        #: every accumulator is an ``int`` (None: not known yet): the run's sums are then exact
+        self.exact: bool | None = None
+
+
 class KeyWindows:
     """The windows of one key: ``starts`` sorted ascending, ``entries[start] = [acc, max_ts, count]``.
 
-    Lazy run (update mode, exact Count/Sum, see :meth:`SlidingWindowProcessor._process_fast`): when a key's
-    records arrive in order, every record adds to the same suffix of its windows (those starting after
-    ``t - td``). Instead of writing each of them, the processor adds to the key's run totals ``lz_g`` (acc),
-    ``lz_c`` (count) and sets ``lz_t`` (max ts); the windows with ``start >= lz_act`` then hold their values
-    minus the run totals, and their max ts is ``lz_t``. ``lz_end``/``lz_seq``: the newest start written by the
-    run's last record and the write sequence number before it (that record wrote ``lz_end`` first: window
-    ``k`` places before it got ``lz_seq + 1 + k``). :meth:`settle` writes the real values (and record-cache
-    stamps) back; :attr:`entries` settles first, so every reader outside the record path's hot loop sees real
-    values.
+    One key, up to four representations beside its entries, each in its own attribute:
+
+    * ``starts`` / ``stored``: the entries (the record path's; :attr:`entries` gives real values);
+    * ``run``: the lazy run over the entries (:class:`LazyRun`, windowstore/lazy.py), None if never used;
+    * ``stamps`` / ``gone``: the record cache's write stamps (windowstore/cache.py);
+    * ``raw`` and ``cols``: the batch path's raw records (:class:`RawRecords`) and its numpy columns
+      (windowstore/columns.py); with ``cols`` set the entries are empty.
     """
 
-    __slots__ = ("starts", "stored", "raw", "cols", "stamps", "gone",
-                 "lz_act", "lz_g", "lz_c", "lz_t", "lz_end", "lz_seq", "kmax", "exact")
+    __slots__ = ("starts", "stored", "raw", "cols", "stamps", "gone", "run")
 
     def __init__(self) -> None:
         self.starts: list[int] = []
@@ -94,30 +118,20 @@ class KeyWindows:
         #: written since the last flush (None: none), and the entries of those expired before the flush
         self.stamps: dict[int, int] | None = None
         self.gone: dict[int, list] | None = None
-        #: the lazy run (see the class docstring); ``lz_act`` None: no run, every entry holds real values
-        self.lz_act: int | None = None
-        self.lz_g: Any = 0
-        self.lz_c = 0
-        self.lz_t = 0
-        self.lz_end = 0
-        self.lz_seq = 0
-        #: an upper bound of every window's max ts (None: not known yet)
-        self.kmax: int | None = None
-        #: every accumulator is an ``int`` (None: not known yet): the lazy run's sums are then exact
-        self.exact: bool | None = None
+        #: the lazy run and what it knows of the key (None: the lazy path has not touched the key)
+        self.run: LazyRun | None = None
 
     @property
     def entries(self) -> dict[int, list]:
         """``{start: [acc, max_ts, count]}`` with real values (a lazy run is settled first)."""
-        if self.lz_act is not None:
+        run = self.run
+        if run is not None and run.act is not None:
             self.settle()
         return self.stored
 
     @entries.setter
     def entries(self, entries: dict[int, list]) -> None:
-        self.lz_act = None
-        self.kmax = None
-        self.exact = None
+        self.run = None
         self.stored = entries
 
     def __len__(self) -> int:
@@ -125,22 +139,23 @@ class KeyWindows:
 
     def settle(self) -> None:
         """End the lazy run: every window of the run gets its real values (and record-cache stamp) back."""
-        act = self.lz_act
-        if act is not None:
+        run = self.run
+        if run is not None and run.act is not None:
             starts = self.starts
-            self.settle_range(bisect_left(starts, act), len(starts))
-            self.lz_act = None
+            self.settle_range(bisect_left(starts, run.act), len(starts))
+            run.act = None
 
     def settle_range(self, a: int, b: int) -> None:
         """Real values back for the run's windows at indexes ``a`` to ``b - 1`` (they leave the run)."""
         starts = self.starts
         entries = self.stored
-        g = self.lz_g
-        c = self.lz_c
-        t = self.lz_t
-        end = self.lz_end
+        run: LazyRun = self.run  # type: ignore[assignment]
+        g = run.g
+        c = run.c
+        t = run.t
+        end = run.end
         stamps = self.stamps
-        top = self.lz_seq + 1 + bisect_left(starts, end)  # stamp of index x: top - x
+        top = run.seq + 1 + bisect_left(starts, end)  # stamp of index x: top - x
         for x in range(a, b):
             s = starts[x]
             e = entries[s]
@@ -163,7 +178,8 @@ class KeyWindows:
         starts = self.starts
         if not starts or starts[0] >= bound:
             return 0
-        if self.lz_act is not None and self.lz_act < bound:
+        run = self.run
+        if run is not None and run.act is not None and run.act < bound:
             self.settle()
         i = bisect_left(starts, bound)
         dropped = starts[:i]
@@ -309,9 +325,9 @@ class WindowStore:
             self.store_time = start
         kw = self.windows_of(key)
         self.dirty.add(key)
-        kw.kmax = None
-        kw.exact = None
-        entry = kw.entries.get(start)
+        entries = kw.entries  # (settles a lazy run)
+        kw.run = None  # what the lazy run knew of the key's windows may not hold any more
+        entry = entries.get(start)
         if entry is not None:
             entry[0] = acc
             entry[1] = max_ts

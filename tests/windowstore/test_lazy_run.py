@@ -77,8 +77,8 @@ def test_lazy_run_is_taken_in_order():
     proc.process("k", 1, 20)  # the first window containing the next records: [20, 30]
     for t in range(21, 60):
         proc.process("k", 1, t)
-        assert proc.store.keys["k"].lz_act is not None
+        assert proc.store.keys["k"].run.act is not None
     proc.process("k", 0.5, 61)  # a float: Sum stops being lazy for the key
-    assert proc.store.keys["k"].lz_act is None
+    assert proc.store.keys["k"].run.act is None
     proc.process("k", 1, 62)
-    assert proc.store.keys["k"].lz_act is None
+    assert proc.store.keys["k"].run.act is None
