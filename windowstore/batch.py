@@ -55,10 +55,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .aggregations import Composite
+from .cache import replace, seal, sealed
 from .columns import (
     Cols, KeyIds, Plan, bit_rows, column, columnize, magnitude, part_kinds, raw_matrix, rows_of, set_raw,
 )
-from .cache import replace, seal, sealed
 from .lazy import record_step
 from .record import drop, emission_bounds, final_updates
 from .state import CachedWrites, ColumnWrites, EmittedColumns, EmittedUpdates, EngineState
@@ -710,7 +710,7 @@ def _emission_visible(state: EngineState, res: _Written, close: int) -> bool:
 
 def _close_windows(state: EngineState, keys: list[Hashable], res: _Written, close: int | None) -> None:
     """After a stored batch in close mode: its new windows wait for their close, then the round at ``close``
-    (``_maybe_emit_final``, reading columns) emits the closed ones into ``state.closed``."""
+    (``record.maybe_emit_final``, reading columns) emits the closed ones into ``state.closed``."""
     new = res.starts[res.new]
     state.pending_close.add_run(new & _LOCAL, [keys[k] for k in (new >> _SHIFT).tolist()])
     if close is None:

@@ -86,7 +86,9 @@ def process_record(state: EngineState, key: Hashable, value: Any, ts: int) -> li
     return out
 
 
-def process_reverse(state: EngineState, key: Hashable, value: Any, t: int, close: int, kw: KeyWindows | None = None) -> None:
+def process_reverse(
+    state: EngineState, key: Hashable, value: Any, t: int, close: int, kw: KeyWindows | None = None
+) -> None:
     """``processReverse`` + ``createWindows`` (R10, R12) for a record with ``t >= td``.
 
     The scan's windows, newest first, fall in four groups (only starts ``>= lo`` are visible): the
@@ -143,7 +145,7 @@ def process_reverse(state: EngineState, key: Hashable, value: Any, t: int, close
     inc = None if not inline else 1 if inline == 1 else value  # what Count / Sum add
     step = state.bind(value, key) if inc is None else None  # acc -> acc with this record folded in
     out = state.out
-    stamps = None  # update mode: the record cache's stamps of this key (see _emit_update)
+    stamps = None  # update mode: the record cache's stamps of this key (see emit_update)
     if state.is_update:
         stamps = kw.stamps
         if stamps is None:
@@ -344,7 +346,10 @@ def final_updates(state: EngineState, windows: Iterable[tuple[int, Hashable]]) -
     return out
 
 
-def drop(state: EngineState, key: Hashable, value: Any, ts: Any, reason: DropReason, stream_time: int | None = None) -> None:
+def drop(
+    state: EngineState, key: Hashable, value: Any, ts: Any, reason: DropReason, stream_time: int | None = None
+) -> None:
+    """Keep a dropped record for the caller when ``collect_drops`` is set (the caller has counted it)."""
     if state.collect_drops:
         st = state.observed_stream_time if stream_time is None else stream_time
         state.drops.append(DroppedRecord(key, value, ts, reason, st))
@@ -437,7 +442,9 @@ def put_new(state: EngineState, key: Hashable, kw: KeyWindows, puts: Iterable[tu
     state.stats.windows_created += n
 
 
-def add_new(state: EngineState, key: Hashable, kw: Any, start: int, base: Any, base_count: int, value: Any, t: int, close: int) -> None:
+def add_new(
+    state: EngineState, key: Hashable, kw: Any, start: int, base: Any, base_count: int, value: Any, t: int, close: int
+) -> None:
     """``updateWindowAndForward`` for a window being created: ``base + value`` unless closed (R13)."""
     if start + state.td >= close:
         create(state, key, kw, start, state.accumulate(base, value, key), t, base_count + 1)

@@ -31,7 +31,10 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, Protocol
 
-__all__ = ["Visibility", "WindowStore", "KeyWindows", "RawRecords", "LazyRun", "StoredWindow", "Columnar", "NO_TIMESTAMP", "key_bytes"]
+__all__ = [
+    "Visibility", "WindowStore", "KeyWindows", "RawRecords", "LazyRun", "StoredWindow", "Columnar", "NO_TIMESTAMP",
+    "key_bytes",
+]
 
 NO_TIMESTAMP = -1
 
@@ -114,7 +117,7 @@ class KeyWindows:
         #: batch path only: the same windows as numpy columns; when set, ``starts``/``entries`` are empty
         #: and :meth:`WindowStore.load` turns them back into entries before any record-path access
         self.cols: Any = None
-        #: update mode's record cache (owned by the processor): start -> write sequence number of the windows
+        #: update mode's record cache (windowstore/cache.py): start -> write sequence number of the windows
         #: written since the last flush (None: none), and the entries of those expired before the flush
         self.stamps: dict[int, int] | None = None
         self.gone: dict[int, list] | None = None

@@ -1,4 +1,4 @@
-"""The record path's lazy run (update mode, Count/Sum, keys in order: ``SlidingWindowProcessor._process_fast``)
+"""The record path's lazy run (update mode, Count/Sum, keys in order: ``windowstore.lazy.process_fast``)
 against the same processor with the lazy run switched off: identical per-record results, flushes, counters,
 reads and state blobs, whatever is observed in the middle of a run (flush, reads, exports, expiry)."""
 
