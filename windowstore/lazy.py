@@ -60,8 +60,8 @@ def process_fast(state: EngineState, key: Hashable, value: Any, t: Any) -> list[
         kw = store.windows_of(key)
     else:  # windows_of inline: purge (past the slack) the windows no read can see any more
         starts = kw.starts
-        if starts and starts[0] < store.store_time - store.trim_lag:
-            dropped = kw.trim_below(store.store_time - store.purge_lag)
+        if starts and starts[0] < store.store_time - store.trim_lag:  # type: ignore[operator]  # update mode: set
+            dropped = kw.trim_below(store.store_time - store.purge_lag)  # type: ignore[operator]
             store.expired += dropped
             store.size -= dropped
     store.dirty.add(key)

@@ -92,10 +92,10 @@ def unflushed(state: EngineState) -> dict[tuple[Hashable, int], Any]:
     out: dict[tuple[Hashable, int], Any] = {}
     composite = isinstance(state.aggregation, Composite)
     for seg in [*state.segments, CachedWrites(sealed(state))]:
-        if type(seg) is CachedWrites:
+        if isinstance(seg, CachedWrites):
             items: Any = seg.entries.items()
         else:
-            counts = seg.count.tolist()
+            counts = seg.counts.tolist()
             accs = accumulators(state.plan, composite, counts, seg.parts)  # type: ignore[arg-type]
             keys = seg.keys
             items = (
@@ -138,13 +138,13 @@ def _closed_updates(state: EngineState) -> list[WindowUpdate]:
     composite = isinstance(state.aggregation, Composite)
     td = state.td
     for seg in segments:
-        if type(seg) is EmittedUpdates:
+        if isinstance(seg, EmittedUpdates):
             out.extend(seg.updates)
             continue
-        values = {n: col.tolist() for n, col in _finished(state, seg.parts, seg.count).items()}
+        values = {n: col.tolist() for n, col in _finished(state, seg.parts, seg.counts).items()}
         rows = [dict(zip(values, v)) for v in zip(*values.values())] if composite else next(iter(values.values()))
         out.extend(_new_update(WindowUpdate, (k, s, s + td, v, t, c)) for k, s, v, t, c in zip(
-            seg.key, seg.start.tolist(), rows, seg.ts.tolist(), seg.count.tolist()))
+            seg.key, seg.start.tolist(), rows, seg.ts.tolist(), seg.counts.tolist()))
     return out
 
 
@@ -158,17 +158,17 @@ def flush_columns(state: EngineState) -> dict[str, Any]:
     names = [p.name for p in agg.parts] if isinstance(agg, Composite) else [agg.name]
     segs = state.segments
     closed = state.closed
-    if len(closed) == 1 and type(closed[0]) is EmittedColumns:  # close mode, one batch-path emission round
-        seg = closed[0]
+    seg = closed[0] if len(closed) == 1 else None
+    if isinstance(seg, EmittedColumns):  # close mode, one batch-path emission round
         state.closed = []
         return {"key": seg.key, "start": seg.start, "end": seg.start + state.td, "ts": seg.ts,
-                "count": seg.count, "values": _finished(state, seg.parts, seg.count)}
-    if state.plan is not None and len(segs) == 1 and type(segs[0]) is ColumnWrites and not sealed(state):
-        cw = segs[0]
+                "count": seg.counts, "values": _finished(state, seg.parts, seg.counts)}
+    cw = segs[0] if len(segs) == 1 else None
+    if state.plan is not None and isinstance(cw, ColumnWrites) and not sealed(state):
         state.segments = []
         keys = cw.keys
         start = cw.start
-        count = cw.count
+        count = cw.counts
         values = _finished(state, cw.parts, count)
         state.stats.updates_emitted += len(start)
         return {

@@ -67,7 +67,7 @@ class ColumnWrites(NamedTuple):
     key_id: np.ndarray
     start: np.ndarray
     ts: np.ndarray
-    count: np.ndarray
+    counts: np.ndarray
     parts: list[Any]
 
 
@@ -83,7 +83,7 @@ class EmittedColumns(NamedTuple):
     key: list[Hashable]
     start: np.ndarray
     ts: np.ndarray
-    count: np.ndarray
+    counts: np.ndarray
     parts: list[Any]
 
 

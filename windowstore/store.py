@@ -300,7 +300,7 @@ class WindowStore:
         if not columns and kw is not None and (
             kw.cols is not None or (kw.raw is not None and type(kw.raw.ts) is not list)
         ):
-            self.columnar.materialize(kw)  # type: ignore[union-attr]  (a loaded key may come as columns too)
+            self.columnar.materialize(kw)  # type: ignore[union-attr]  # a loaded key may come as columns too
         return kw
 
     def windows_of(self, key: Hashable) -> KeyWindows:
