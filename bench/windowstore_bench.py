@@ -104,6 +104,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=1_000_000, help="records generated per stream")
     ap.add_argument("--against", metavar="REV", help="a git revision whose engine runs every cell too, side by side")
     ap.add_argument("--rounds", type=int, default=2, help="with --against: alternating runs per tree and cell")
+    ap.add_argument("--paths", default="record,batch", help="with --against: the paths to run (record, batch)")
     args = ap.parse_args()
     if args.against:
         compare(args)
@@ -157,7 +158,7 @@ def compare(args: argparse.Namespace) -> None:
                     td, recs = make_stream(args.records, args.keys, per_window, disorder)
                     gc.collect()
                     gc.freeze()
-                    for path in ("record", "batch"):
+                    for path in args.paths.split(","):
                         rates: dict[str, list[float]] = {name: [] for name in engines}
                         for r in range(args.rounds):
                             order_ = list(engines) if r % 2 == 0 else list(engines)[::-1]

@@ -54,36 +54,32 @@ class Cols:
     each part's column, float64 ones as their bits), so storing a key's windows is one concatenation, not one
     per column; the column attributes are views of its rows."""
 
-    __slots__ = ("starts", "ts", "counts", "parts", "kinds", "_m")
+    __slots__ = ("starts", "ts", "counts", "parts", "kinds", "matrix")
 
-    def __init__(
-        self, starts: np.ndarray | None = None, ts: np.ndarray | None = None, counts: np.ndarray | None = None,
-        parts: list[Any] | None = None, *, stacked: np.ndarray | None = None,
-        kinds: tuple[str | None, ...] = (),
-    ) -> None:
-        if stacked is not None:  # see :meth:`of`: the column slots stay unset until read
-            self.kinds = kinds
-            self._m = stacked
-            return
+    def __init__(self, starts: np.ndarray, ts: np.ndarray, counts: np.ndarray, parts: list[Any]) -> None:
         self.starts = starts
         self.ts = ts
         self.counts = counts
         self.parts = parts
-        self.kinds = part_kinds(parts or ())
-        self._m = None
+        self.kinds = part_kinds(parts)
+        #: the columns as rows of one int64 matrix (see :attr:`stacked`); None until built
+        self.matrix: np.ndarray | None = None
 
     @classmethod
     def of(cls, m: np.ndarray, kinds: tuple[str | None, ...]) -> "Cols":
         """The columns held in the rows of ``m`` (see :attr:`stacked`); ``kinds``: per part, ``None`` (count),
         ``"i"`` (int64) or ``"f"`` (float64). The column attributes are made when first read: a batch stores
         every key of it this way, and most are next read as :attr:`stacked` only."""
-        return cls(stacked=m, kinds=kinds)
+        c = cls.__new__(cls)  # the column slots stay unset until read (``__getattr__``)
+        c.kinds = kinds
+        c.matrix = m
+        return c
 
     def __getattr__(self, name: str) -> Any:
         # only for an unset slot: the column views of a Cols made by :meth:`of`
         if name not in ("starts", "ts", "counts", "parts"):
             raise AttributeError(name)
-        m = self._m
+        m = self.matrix
         self.starts, self.ts, self.counts = m[0], m[1], m[2]
         self.parts = rows_of(m, 3, self.kinds)
         return getattr(self, name)
@@ -91,13 +87,13 @@ class Cols:
     @property
     def stacked(self) -> np.ndarray:
         """The int64 matrix whose rows are starts, ts, counts and the parts' columns (float64 ones as bits)."""
-        m = self._m
+        m = self.matrix
         if m is None:
-            m = self._m = np.stack([self.starts, self.ts, self.counts, *bit_rows(self.parts)])
+            m = self.matrix = np.stack([self.starts, self.ts, self.counts, *bit_rows(self.parts)])
         return m
 
     def __len__(self) -> int:
-        m = self._m
+        m = self.matrix
         return len(self.starts) if m is None else m.shape[1]
 
     def take(self, sel: Any) -> "Cols":
@@ -138,7 +134,13 @@ def raw_matrix(kw: KeyWindows) -> np.ndarray:
 
 def set_raw(kw: KeyWindows, m: np.ndarray, kinds: tuple[str | None, ...]) -> None:
     """Hold the raw records of matrix ``m`` (see :func:`raw_matrix`) in ``kw``."""
-    kw.raw = RawRecords(m[0], rows_of(m, 1, kinds), m)
+    raw = kw.raw
+    if raw is None:
+        kw.raw = RawRecords(m[0], rows_of(m, 1, kinds), m)
+    else:  # (no allocation per key and batch)
+        raw.ts = m[0]
+        raw.cols = rows_of(m, 1, kinds)
+        raw.matrix = m
 
 
 # ------------------------------------------------------------------------------------------- representation
