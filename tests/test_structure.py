@@ -14,9 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOT_PRODUCT = {"tests", "bench", "deploy"}
-PACKAGES = sorted(
-    p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file() and p.name not in NOT_PRODUCT
-)
+PACKAGES = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file() and p.name not in NOT_PRODUCT)
 
 #: Private attributes other packages may still read, by the expression as written: each is another library's
 #: internals the product deliberately reaches (pyspark, prometheus_client, argparse) or a tool's own helper.
@@ -121,8 +119,9 @@ def test_the_cycle_check_sees_function_level_imports(tmp_path: Path) -> None:
     (pkg / "a.py").write_text("from .b import g\n")
     (pkg / "b.py").write_text("def g():\n    from . import a\n    return a\n")
     known = {"pkg", "pkg.a", "pkg.b"}
-    graph = {n: imports_of(n, pkg / (n.split(".")[-1] + ".py") if n != "pkg" else pkg / "__init__.py", known)
-             for n in known}
+    graph = {
+        n: imports_of(n, pkg / (n.split(".")[-1] + ".py") if n != "pkg" else pkg / "__init__.py", known) for n in known
+    }
     assert cycles(graph) == [["pkg.a", "pkg.b"]]
 
 

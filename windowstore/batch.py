@@ -57,7 +57,17 @@ import numpy as np
 from .aggregations import Composite
 from .cache import replace, seal, sealed
 from .columns import (
-    Cols, KeyIds, Plan, bit_rows, column, columnize, magnitude, part_kinds, raw_matrix, rows_of, set_raw,
+    Cols,
+    KeyIds,
+    Plan,
+    bit_rows,
+    column,
+    columnize,
+    magnitude,
+    part_kinds,
+    raw_matrix,
+    rows_of,
+    set_raw,
 )
 from .lazy import record_step
 from .record import drop, emission_bounds, final_updates
@@ -100,7 +110,6 @@ def _range(values: np.ndarray, op: Any, lo: np.ndarray, hi: np.ndarray, k: np.nd
     flat = tab.ravel()
     row = k * n
     return op(flat[row + lo], flat[row + hi - (1 << k)])
-
 
 
 def _r3_starts(distinct: np.ndarray, td: int) -> np.ndarray:
@@ -188,7 +197,7 @@ class _Stored(NamedTuple):
     at: np.ndarray  #: ``m[0]`` + ``k * _OFF`` (ascending)
 
     @classmethod
-    def of(cls, mats: list[np.ndarray], offs: np.ndarray, slot: int) -> "_Stored":
+    def of(cls, mats: list[np.ndarray], offs: np.ndarray, slot: int) -> _Stored:
         n = np.fromiter((x.shape[1] for x in mats), _I64, len(mats))
         m = np.concatenate(mats, axis=1, out=_scratch(slot, mats[0].shape[0], int(n.sum())))
         return cls(m, np.concatenate([[0], np.cumsum(n)]), m[0] + np.repeat(offs, n))
@@ -229,8 +238,8 @@ class _Written(NamedTuple):
     below that - is recomputed from R3; everything below it is kept as it is. Arrays over all keys use the
     ``k * _OFF + ts`` axis, ascending."""
 
-    old_win: "_Stored"  #: every key's stored windows (before the batch)
-    old_raw: "_Stored"  #: and raw records
+    old_win: _Stored  #: every key's stored windows (before the batch)
+    old_raw: _Stored  #: and raw records
     col_j: np.ndarray  #: per key: the column of ``old_win`` where the key's recomputed suffix starts (>= cut)
     raw_j: np.ndarray  #: per key: the column of ``old_raw`` from which on its raw records are in the suffix
     raw_ts: np.ndarray  #: the suffixes' raw timestamps (old and new records)
@@ -245,8 +254,14 @@ class _Written(NamedTuple):
 
 
 def _kernel(
-    td: int, plan: Plan, kws: list[KeyWindows], key_id: np.ndarray, arrival: np.ndarray, ts: np.ndarray,
-    parts_new: list[Any], n_records: int,
+    td: int,
+    plan: Plan,
+    kws: list[KeyWindows],
+    key_id: np.ndarray,
+    arrival: np.ndarray,
+    ts: np.ndarray,
+    parts_new: list[Any],
+    n_records: int,
 ) -> _Written | None:
     """Apply the accepted records of all keys (``key_id``, ``arrival`` index, ``ts``, part columns) at once,
     without storing anything. ``None`` when a key's stored windows are not the R3 windows of its raw records
@@ -363,8 +378,18 @@ def _kernel(
     cat[early & at_zero[w]] = 3
 
     return _Written(
-        old_win, old_raw, col_j, raw_j, T, raw_parts, starts, T[hi - 1] & _LOCAL, hi - lo,
-        _aggregate(plan, raw_parts, lo, hi), len(starts) - len(old_starts), w[_flush_order(lw * 4 + cat, early)],
+        old_win,
+        old_raw,
+        col_j,
+        raw_j,
+        T,
+        raw_parts,
+        starts,
+        T[hi - 1] & _LOCAL,
+        hi - lo,
+        _aggregate(plan, raw_parts, lo, hi),
+        len(starts) - len(old_starts),
+        w[_flush_order(lw * 4 + cat, early)],
         np.flatnonzero(~existed),
     )
 
@@ -406,7 +431,12 @@ def _store(kws: list[KeyWindows], res: _Written, bound: int) -> int:
 
 
 def _spliced(
-    old: _Stored, j: np.ndarray, new: np.ndarray, new_at: np.ndarray, offs: np.ndarray, bound: int,
+    old: _Stored,
+    j: np.ndarray,
+    new: np.ndarray,
+    new_at: np.ndarray,
+    offs: np.ndarray,
+    bound: int,
 ) -> tuple[np.ndarray, list[int], int]:
     """Every key's stored columns below its suffix (``old`` up to column ``j[k]``) followed by its recomputed
     suffix (``new``, first row ``new_at`` on the key axis), without the columns below ``bound``: the matrix of
@@ -660,8 +690,16 @@ def process_columns(
     if cache:  # keep the last-write order across record-path writes and this batch
         state.segments.append(CachedWrites(cache))
         replace(state, {})
-    state.segments.append(ColumnWrites(batch_keys, start >> _SHIFT, local, res.ts[out], res.counts[out],
-                                       [None if p is None else p[out] for p in res.parts]))
+    state.segments.append(
+        ColumnWrites(
+            batch_keys,
+            start >> _SHIFT,
+            local,
+            res.ts[out],
+            res.counts[out],
+            [None if p is None else p[out] for p in res.parts],
+        )
+    )
     return True
 
 
@@ -750,7 +788,7 @@ def _close_windows(state: EngineState, keys: list[Hashable], res: _Written, clos
             if kw is None:
                 continue
             c = kw.cols
-            r = by_key[edges[u]:edges[u + 1]]
+            r = by_key[edges[u] : edges[u + 1]]
             want = S[r]
             at = c.starts.searchsorted(want)
             ok = at < len(c.starts)

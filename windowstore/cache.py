@@ -21,7 +21,7 @@ from .state import EngineState
 from .store import KeyWindows
 from .updates import WindowUpdate
 
-__all__ = ["open_stamps", "seal", "sealed", "replace", "stamped_updates"]
+__all__ = ["open_stamps", "replace", "seal", "sealed", "stamped_updates"]
 
 _new_update = tuple.__new__
 

@@ -20,8 +20,23 @@ import numpy as np
 from .aggregations import Aggregation, Composite, Field
 from .store import KeyWindows, RawRecords
 
-__all__ = ["Plan", "batch_plan", "Cols", "ColumnCodec", "raw_matrix", "set_raw", "accumulators", "columnize",
-           "column", "exact_column", "object_array", "KeyIds", "part_kinds", "bit_rows", "rows_of"]
+__all__ = [
+    "Cols",
+    "ColumnCodec",
+    "KeyIds",
+    "Plan",
+    "accumulators",
+    "batch_plan",
+    "bit_rows",
+    "column",
+    "columnize",
+    "exact_column",
+    "object_array",
+    "part_kinds",
+    "raw_matrix",
+    "rows_of",
+    "set_raw",
+]
 
 #: ``[(kind, field), ...]``: per aggregation part its batch kernel (count, sum, min, max, mean) and input field
 Plan = list[tuple[str, str | None]]
@@ -54,7 +69,7 @@ class Cols:
     each part's column, float64 ones as their bits), so storing a key's windows is one concatenation, not one
     per column; the column attributes are views of its rows."""
 
-    __slots__ = ("starts", "ts", "counts", "parts", "kinds", "matrix")
+    __slots__ = ("counts", "kinds", "matrix", "parts", "starts", "ts")
 
     def __init__(self, starts: np.ndarray, ts: np.ndarray, counts: np.ndarray, parts: list[Any]) -> None:
         self.starts = starts
@@ -66,7 +81,7 @@ class Cols:
         self.matrix: np.ndarray | None = None
 
     @classmethod
-    def of(cls, m: np.ndarray, kinds: tuple[str | None, ...]) -> "Cols":
+    def of(cls, m: np.ndarray, kinds: tuple[str | None, ...]) -> Cols:
         """The columns held in the rows of ``m`` (see :attr:`stacked`); ``kinds``: per part, ``None`` (count),
         ``"i"`` (int64) or ``"f"`` (float64). The column attributes are made when first read: a batch stores
         every key of it this way, and most are next read as :attr:`stacked` only."""
@@ -96,7 +111,7 @@ class Cols:
         m = self.matrix
         return len(self.starts) if m is None else m.shape[1]
 
-    def take(self, sel: Any) -> "Cols":
+    def take(self, sel: Any) -> Cols:
         return Cols.of(self.stacked[:, sel], self.kinds)
 
 
@@ -271,7 +286,7 @@ class ColumnCodec:
     as columns back into entries (:meth:`materialize`, before any record-path access) and how to trim it
     (:meth:`trim`). Holds the plan only (never the processor or the store: no reference cycle)."""
 
-    __slots__ = ("plan", "composite")
+    __slots__ = ("composite", "plan")
 
     def __init__(self, plan: Plan, composite: bool) -> None:
         self.plan = plan

@@ -22,7 +22,7 @@ from .columns import accumulators, exact_column, object_array
 from .state import CachedWrites, ColumnWrites, EmittedColumns, EmittedUpdates, EngineState
 from .updates import WindowUpdate
 
-__all__ = ["flush", "flush_columns", "unflushed", "take_unflushed"]
+__all__ = ["flush", "flush_columns", "take_unflushed", "unflushed"]
 
 _new_update = tuple.__new__
 _I64 = np.int64
@@ -143,8 +143,10 @@ def _closed_updates(state: EngineState) -> list[WindowUpdate]:
             continue
         values = {n: col.tolist() for n, col in _finished(state, seg.parts, seg.counts).items()}
         rows = [dict(zip(values, v)) for v in zip(*values.values())] if composite else next(iter(values.values()))
-        out.extend(_new_update(WindowUpdate, (k, s, s + td, v, t, c)) for k, s, v, t, c in zip(
-            seg.key, seg.start.tolist(), rows, seg.ts.tolist(), seg.counts.tolist()))
+        out.extend(
+            _new_update(WindowUpdate, (k, s, s + td, v, t, c))
+            for k, s, v, t, c in zip(seg.key, seg.start.tolist(), rows, seg.ts.tolist(), seg.counts.tolist())
+        )
     return out
 
 
@@ -161,8 +163,14 @@ def flush_columns(state: EngineState) -> dict[str, Any]:
     seg = closed[0] if len(closed) == 1 else None
     if isinstance(seg, EmittedColumns):  # close mode, one batch-path emission round
         state.closed = []
-        return {"key": seg.key, "start": seg.start, "end": seg.start + state.td, "ts": seg.ts,
-                "count": seg.counts, "values": _finished(state, seg.parts, seg.counts)}
+        return {
+            "key": seg.key,
+            "start": seg.start,
+            "end": seg.start + state.td,
+            "ts": seg.ts,
+            "count": seg.counts,
+            "values": _finished(state, seg.parts, seg.counts),
+        }
     cw = segs[0] if len(segs) == 1 else None
     if state.plan is not None and isinstance(cw, ColumnWrites) and not sealed(state):
         state.segments = []

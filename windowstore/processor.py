@@ -33,7 +33,7 @@ class _RecordStep:
     refers back to the processor is kept by it, so a dropped processor is freed by reference counting at once
     (``service.python_daemon``; ``tests/windowstore/test_reference_cycles.py``)."""
 
-    def __get__(self, proc: "SlidingWindowProcessor | None", cls: type | None = None) -> Callable[..., Any]:
+    def __get__(self, proc: SlidingWindowProcessor | None, cls: type | None = None) -> Callable[..., Any]:
         if proc is None:
             return record.process_record
         return lazy.record_step(proc.state)
@@ -68,8 +68,14 @@ class SlidingWindowProcessor:
         mode = EmitMode.parse(emit)
         #: the engine state every engine module works on (see :mod:`windowstore.state`)
         self.state = EngineState(
-            windows, aggregation, mode, emit_interval_ms=emit_interval_ms, clock=clock,
-            collect_drops=collect_drops, batch=batch, emit_step=record.emit_step_for(mode),
+            windows,
+            aggregation,
+            mode,
+            emit_interval_ms=emit_interval_ms,
+            clock=clock,
+            collect_drops=collect_drops,
+            batch=batch,
+            emit_step=record.emit_step_for(mode),
         )
 
     # ------------------------------------------------------------------------------------- the definition
@@ -159,7 +165,7 @@ class SlidingWindowProcessor:
                 out.extend(r)
         return out
 
-    def process_batch(self, records: "Sequence[tuple[Hashable, Any, Any]]") -> bool:
+    def process_batch(self, records: Sequence[tuple[Hashable, Any, Any]]) -> bool:
         """Process ``(key, value, ts)`` records in arrival order, on the batch fast path when it applies
         (update mode, or close mode without an emit interval; ``batch=True``, a commutative built-in
         aggregation, no partially-late record); results are identical to calling :meth:`process` for each
@@ -169,10 +175,10 @@ class SlidingWindowProcessor:
 
     def process_columns(
         self,
-        keys: "Sequence[Hashable]",
+        keys: Sequence[Hashable],
         timestamps: Any,
-        fields: "dict[str | None, Any] | None" = None,
-        values: "Sequence[Any] | None" = None,
+        fields: dict[str | None, Any] | None = None,
+        values: Sequence[Any] | None = None,
     ) -> bool:
         """Columnar :meth:`process_batch`: ``keys``, int ``timestamps`` and either ``fields`` ({value field, or
         None for the bare value: numeric array}) or the record ``values``. Same results as :meth:`process`."""
@@ -240,7 +246,7 @@ class SlidingWindowProcessor:
     @classmethod
     def from_bytes(
         cls, data: bytes, windows: SlidingWindows, aggregation: Aggregation, emit: EmitMode | str, **kwargs: Any
-    ) -> "SlidingWindowProcessor":
+    ) -> SlidingWindowProcessor:
         """Inverse of :meth:`to_bytes`; the definition must match the one the snapshot was written with."""
         proc = cls(windows, aggregation, emit, **kwargs)
         cache.replace(proc.state, serde.load_processor_state(proc.state, data))
@@ -255,7 +261,7 @@ class SlidingWindowProcessor:
         meta: bytes | None,
         loader: Callable[[Hashable], bytes | None],
         **kwargs: Any,
-    ) -> "SlidingWindowProcessor":
+    ) -> SlidingWindowProcessor:
         """A processor over external state: ``meta`` from :meth:`export_meta` (``None`` for a new task) and
         ``loader(key)`` returning the key's blob from :meth:`export_keys` (``None`` if absent), called the
         first time a key is touched."""

@@ -32,10 +32,19 @@ from typing import Any
 from .cache import open_stamps
 from .state import EngineState
 from .store import NO_TIMESTAMP, KeyWindows, RawRecords
-from .updates import DropReason, DroppedRecord, WindowUpdate
+from .updates import DroppedRecord, DropReason, WindowUpdate
 
-__all__ = ["process_record", "process_reverse", "process_early", "maybe_emit_final", "emission_bounds",
-           "final_updates", "drop", "emit_step_for", "MAX_TIMESTAMP"]
+__all__ = [
+    "MAX_TIMESTAMP",
+    "drop",
+    "emission_bounds",
+    "emit_step_for",
+    "final_updates",
+    "maybe_emit_final",
+    "process_early",
+    "process_record",
+    "process_reverse",
+]
 
 _new_update = tuple.__new__
 #: the largest valid record timestamp: Kafka's timestamps are Java longs (a larger one is invalid, R6)
@@ -341,8 +350,9 @@ def final_updates(state: EngineState, windows: Iterable[tuple[int, Hashable]]) -
         e = None if kw is None else kw.stored.get(start)  # close mode: never a lazy run
         if e is not None:
             acc = e[0]
-            out.append(_new_update(WindowUpdate, (key, start, start + td, acc if finish is None else finish(acc),
-                                                  e[1], e[2])))
+            out.append(
+                _new_update(WindowUpdate, (key, start, start + td, acc if finish is None else finish(acc), e[1], e[2]))
+            )
     return out
 
 
@@ -450,7 +460,6 @@ def add_new(
         create(state, key, kw, start, state.accumulate(base, value, key), t, base_count + 1)
     else:
         state.stats.skipped_windows += 1
-
 
 
 def emit_step_for(emit: Any) -> Any:

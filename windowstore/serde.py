@@ -40,12 +40,12 @@ from .updates import ProcessorStats
 
 __all__ = [
     "StateFormatError",
-    "encode_key_windows",
-    "decode_key_windows",
-    "entries_from_columns",
-    "encode_meta",
     "apply_meta",
+    "decode_key_windows",
     "dump_processor",
+    "encode_key_windows",
+    "encode_meta",
+    "entries_from_columns",
     "load_processor_state",
 ]
 
@@ -105,8 +105,14 @@ def _encode_columns(kw: KeyWindows) -> bytes:
     if len(raw_cols) != len(parts):
         raise StateFormatError(f"{len(parts)} window columns but {len(raw_cols)} raw columns")
     codes = bytes([_type_code(x) for x in parts] + [_type_code(x) for x in raw_cols])
-    arrays = [c.starts, c.ts, c.counts, *(x for x in parts if x is not None), raw.ts,  # type: ignore[union-attr]
-              *(x for x in raw_cols if x is not None)]
+    arrays = [
+        c.starts,
+        c.ts,
+        c.counts,
+        *(x for x in parts if x is not None),
+        raw.ts,  # type: ignore[union-attr]
+        *(x for x in raw_cols if x is not None),
+    ]
     chunks = [_COLUMNS_HEADER.pack(KEY_FORMAT_COLUMNS, len(c.starts), len(raw.ts), len(parts)), codes]  # type: ignore[union-attr]
     chunks.extend(a.astype(t, copy=False).tobytes() for a, t in zip(arrays, _column_dtypes(codes, len(parts))))
     return b"".join(chunks)
@@ -152,8 +158,9 @@ def encode_key_windows(kw: KeyWindows) -> bytes:
             _int64_bytes(deltas),
             _int64_bytes(r[1] for r in rows),
             _int64_bytes(r[2] for r in rows),
-            pickle.dumps(([r[0] for r in rows], None if raw is None else raw.ts, None if raw is None else raw.cols),
-                         protocol=5),
+            pickle.dumps(
+                ([r[0] for r in rows], None if raw is None else raw.ts, None if raw is None else raw.cols), protocol=5
+            ),
         )
     )
 
@@ -167,8 +174,9 @@ def decode_key_windows(data: bytes) -> KeyWindows:
     if version == KEY_FORMAT_COLUMNS:
         return _decode_columns(data)
     if version != KEY_FORMAT:
-        raise StateFormatError(f"key state format {version} is not supported (expected {KEY_FORMAT} or "
-                               f"{KEY_FORMAT_COLUMNS})")
+        raise StateFormatError(
+            f"key state format {version} is not supported (expected {KEY_FORMAT} or {KEY_FORMAT_COLUMNS})"
+        )
     off = _HEADER.size
     width = 8 * n
     if len(view) < off + 3 * width:
@@ -227,7 +235,9 @@ def apply_meta(state: EngineState, data: bytes) -> dict[tuple[Hashable, int], An
     unflushed writes it held (the caller puts them back into its record cache)."""
     meta: dict[str, Any] = pickle.loads(data)
     if not isinstance(meta, dict) or meta.get("format") != META_FORMAT:
-        raise StateFormatError(f"task meta format {meta.get('format') if isinstance(meta, dict) else '?'} is not supported")
+        raise StateFormatError(
+            f"task meta format {meta.get('format') if isinstance(meta, dict) else '?'} is not supported"
+        )
     for name, expected in (("td", state.td), ("grace", state.grace), ("emit", state.emit.value)):
         if meta[name] != expected:
             raise StateFormatError(

@@ -50,7 +50,7 @@ from .store import NO_TIMESTAMP, KeyWindows, Visibility, WindowStore
 from .updates import DroppedRecord, EmitMode, ProcessorStats, WindowUpdate
 from .windows import SlidingWindows
 
-__all__ = ["EngineState", "CachedWrites", "ColumnWrites", "EmittedUpdates", "EmittedColumns", "visibility_for"]
+__all__ = ["CachedWrites", "ColumnWrites", "EmittedColumns", "EmittedUpdates", "EngineState", "visibility_for"]
 
 
 class CachedWrites(NamedTuple):

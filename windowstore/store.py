@@ -32,7 +32,14 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any, Protocol
 
 __all__ = [
-    "Visibility", "WindowStore", "KeyWindows", "RawRecords", "LazyRun", "StoredWindow", "Columnar", "NO_TIMESTAMP",
+    "NO_TIMESTAMP",
+    "Columnar",
+    "KeyWindows",
+    "LazyRun",
+    "RawRecords",
+    "StoredWindow",
+    "Visibility",
+    "WindowStore",
     "key_bytes",
 ]
 
@@ -58,7 +65,7 @@ class RawRecords:
     numpy arrays while the batch path does, then the rows of the int64 matrix ``matrix`` (float64 values as
     their bits; None: not built yet, see ``columns.raw_matrix``)."""
 
-    __slots__ = ("ts", "cols", "matrix")
+    __slots__ = ("cols", "matrix", "ts")
 
     def __init__(self, ts: Any, cols: list[Any], matrix: Any = None) -> None:
         self.ts = ts
@@ -77,7 +84,7 @@ class LazyRun:
     got ``seq + 1 + k``). :meth:`KeyWindows.settle` writes the real values (and record-cache stamps) back;
     :attr:`KeyWindows.entries` settles first, so every reader outside the hot loop sees real values."""
 
-    __slots__ = ("act", "g", "c", "t", "end", "seq", "kmax", "exact")
+    __slots__ = ("act", "c", "end", "exact", "g", "kmax", "seq", "t")
 
     def __init__(self) -> None:
         #: the oldest start in the run (None: no run, every entry holds real values)
@@ -105,7 +112,7 @@ class KeyWindows:
       (windowstore/columns.py); with ``cols`` set the entries are empty.
     """
 
-    __slots__ = ("starts", "stored", "raw", "cols", "stamps", "gone", "run")
+    __slots__ = ("cols", "gone", "raw", "run", "stamps", "starts", "stored")
 
     def __init__(self) -> None:
         self.starts: list[int] = []
@@ -252,7 +259,8 @@ class WindowStore:
         #: purge on access when the oldest start < store_time - trim_lag (the slack only where purging is
         #: not what hides windows from reads)
         self.trim_lag = (
-            None if self.purge_lag is None
+            None
+            if self.purge_lag is None
             else self.purge_lag + (purge_slack_ms if visibility is Visibility.UNBOUNDED else 0)
         )
         self.store_time = NO_TIMESTAMP
@@ -297,8 +305,10 @@ class WindowStore:
                 if kw is not None:
                     self.keys[key] = kw
                     self.size += len(kw)
-        if not columns and kw is not None and (
-            kw.cols is not None or (kw.raw is not None and type(kw.raw.ts) is not list)
+        if (
+            not columns
+            and kw is not None
+            and (kw.cols is not None or (kw.raw is not None and type(kw.raw.ts) is not list))
         ):
             self.columnar.materialize(kw)  # type: ignore[union-attr]  # a loaded key may come as columns too
         return kw
