@@ -149,7 +149,8 @@ def ensure_built(*, force: bool = False, quiet: bool = True) -> OracleBuild:
 
 
 def _case_line(case: dict) -> str:
-    keys = ("id", "time_difference_ms", "grace_ms", "retention_ms", "aggregation", "emit", "input")
+    keys = ("id", "window", "time_difference_ms", "size_ms", "advance_ms", "gap_ms", "grace_ms", "retention_ms",
+            "aggregation", "emit", "input")
     return json.dumps({k: case[k] for k in keys if k in case}, separators=(",", ":"))
 
 

@@ -17,12 +17,18 @@ import org.apache.kafka.streams.TopologyTestDriver;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.EmitStrategy;
 import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.KGroupedStream;
+import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.SessionWindowedKStream;
+import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.SlidingWindows;
 import org.apache.kafka.streams.kstream.TimeWindowedKStream;
+import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.processor.api.Processor;
 import org.apache.kafka.streams.processor.api.Record;
+import org.apache.kafka.streams.state.SessionStore;
 import org.apache.kafka.streams.state.WindowStore;
 
 import java.io.BufferedReader;
@@ -54,7 +60,13 @@ import java.util.concurrent.atomic.AtomicLong;
 import java.util.stream.Stream;
 
 /**
- * Kafka Streams oracle for SlidingWindows (KIP-450) aggregations.
+ * Kafka Streams oracle for SlidingWindows (KIP-450), TimeWindows (tumbling, hopping) and SessionWindows aggregations.
+ *
+ * <p>Window type per case: {@code "window"} = {@code sliding} (default; {@code time_difference_ms}), {@code tumbling}
+ * ({@code size_ms}: {@code TimeWindows.ofSizeAndGrace}), {@code hopping} ({@code size_ms}, {@code advance_ms}:
+ * {@code .advanceBy}) or {@code session} ({@code gap_ms}: {@code SessionWindows.ofInactivityGapAndGrace}, with a
+ * session merger per aggregation: arrays concatenated, counts / sums / mean pairs added, min / max compared with the
+ * first of equals kept). A session tombstone (a session a merge replaced) is output with {@code "value":null}.
  *
  * <p>Runs records through {@code stream().groupByKey().windowedBy(SlidingWindows.ofTimeDifferenceAndGrace(td, grace))
  * .aggregate(...)} in a {@link TopologyTestDriver} (one task = one input partition), in arrival order, with the
@@ -117,7 +129,11 @@ public final class Oracle {
 
     static final class Case {
         String idJson = "null";  // raw JSON text of the id
+        String window = "sliding";
         long td = -1;
+        long size = -1;
+        long advance = -1;
+        long gap = -1;
         long grace = -1;
         Long retention;  // null = Kafka's default (2 * td + grace)
         String aggregation;
@@ -161,6 +177,9 @@ public final class Oracle {
         String init();
 
         String add(String agg, String valueJson);
+
+        /** Session merger: {@code aggOne} folded so far, {@code aggTwo} the next session's aggregate. */
+        String merge(String aggOne, String aggTwo);
 
         default String finish(final String agg) {
             return agg;
@@ -217,6 +236,16 @@ public final class Oracle {
                         }
                         return agg.substring(0, agg.length() - 1) + "," + v + "]";
                     }
+
+                    public String merge(final String a, final String b) {
+                        if (a.length() == 2) {
+                            return b;
+                        }
+                        if (b.length() == 2) {
+                            return a;
+                        }
+                        return a.substring(0, a.length() - 1) + "," + b.substring(1);
+                    }
                 };
             case "count":
                 return new Agg() {
@@ -227,6 +256,10 @@ public final class Oracle {
                     public String add(final String agg, final String v) {
                         return Long.toString(Long.parseLong(agg) + 1);
                     }
+
+                    public String merge(final String a, final String b) {
+                        return Long.toString(Long.parseLong(a) + Long.parseLong(b));
+                    }
                 };
             case "sum":
                 return new Agg() {
@@ -236,6 +269,10 @@ public final class Oracle {
 
                     public String add(final String agg, final String v) {
                         return plus(agg, requireNumber(v));
+                    }
+
+                    public String merge(final String a, final String b) {
+                        return plus(a, b);
                     }
                 };
             case "min":
@@ -254,6 +291,17 @@ public final class Oracle {
                         final int cmp = new BigDecimal(v).compareTo(new BigDecimal(agg));
                         return (isMin ? cmp < 0 : cmp > 0) ? v : agg;
                     }
+
+                    public String merge(final String a, final String b) {
+                        if (a == null) {
+                            return b;
+                        }
+                        if (b == null) {
+                            return a;
+                        }
+                        final int cmp = new BigDecimal(b).compareTo(new BigDecimal(a));
+                        return (isMin ? cmp < 0 : cmp > 0) ? b : a;
+                    }
                 };
             case "mean":
                 return new Agg() {
@@ -265,6 +313,13 @@ public final class Oracle {
                         final int sp = agg.indexOf(' ');
                         final long n = Long.parseLong(agg.substring(sp + 1));
                         return plus(agg.substring(0, sp), requireNumber(v)) + " " + (n + 1);
+                    }
+
+                    public String merge(final String a, final String b) {
+                        final int sa = a.indexOf(' ');
+                        final int sb = b.indexOf(' ');
+                        return plus(a.substring(0, sa), b.substring(0, sb)) + " "
+                            + (Long.parseLong(a.substring(sa + 1)) + Long.parseLong(b.substring(sb + 1)));
                     }
 
                     public String finish(final String agg) {
@@ -287,8 +342,8 @@ public final class Oracle {
     // ------------------------------------------------------------------ running one case
 
     static Result run(final Case c) throws IOException {
-        if (c.td < 0 || c.grace < 0) {
-            throw new IllegalArgumentException("time_difference_ms and grace_ms are required and must be >= 0");
+        if (c.grace < 0) {
+            throw new IllegalArgumentException("grace_ms is required and must be >= 0");
         }
         final Agg agg = aggregation(c.aggregation);
         final String emit = c.emit;
@@ -300,28 +355,82 @@ public final class Oracle {
         final int[] currentIndex = {-1};
 
         final StreamsBuilder builder = new StreamsBuilder();
-        TimeWindowedKStream<String, String> windowed = builder
+        final KGroupedStream<String, String> grouped = builder
             .stream(INPUT_TOPIC, Consumed.with(Serdes.String(), Serdes.String()))
-            .groupByKey(Grouped.with(Serdes.String(), Serdes.String()))
-            .windowedBy(SlidingWindows.ofTimeDifferenceAndGrace(Duration.ofMillis(c.td), Duration.ofMillis(c.grace)));
-        Materialized<String, String, WindowStore<Bytes, byte[]>> materialized =
-            Materialized.<String, String, WindowStore<Bytes, byte[]>>with(Serdes.String(), Serdes.String())
-                .withLoggingDisabled();  // the changelog is never read here; it would only cost time and memory
-        if (c.retention != null) {
-            materialized = materialized.withRetention(Duration.ofMillis(c.retention));
+            .groupByKey(Grouped.with(Serdes.String(), Serdes.String()));
+        final KTable<Windowed<String>, String> table;
+        if (c.window.equals("session")) {
+            if (c.gap < 0) {
+                throw new IllegalArgumentException("session windows need gap_ms >= 0");
+            }
+            SessionWindowedKStream<String, String> windowed = grouped.windowedBy(
+                SessionWindows.ofInactivityGapAndGrace(Duration.ofMillis(c.gap), Duration.ofMillis(c.grace)));
+            Materialized<String, String, SessionStore<Bytes, byte[]>> materialized =
+                Materialized.<String, String, SessionStore<Bytes, byte[]>>with(Serdes.String(), Serdes.String())
+                    .withLoggingDisabled();
+            if (c.retention != null) {
+                materialized = materialized.withRetention(Duration.ofMillis(c.retention));
+            }
+            switch (emit) {
+                case "every":
+                    materialized = materialized.withCachingDisabled();
+                    break;
+                case "update":
+                    materialized = materialized.withCachingEnabled();
+                    break;
+                default:
+                    windowed = windowed.emitStrategy(EmitStrategy.onWindowClose());
+            }
+            table = windowed.aggregate(agg::init, (k, v, a) -> agg.add(a, v), (k, a, b) -> agg.merge(a, b),
+                materialized);
+        } else {
+            final TimeWindowedKStream<String, String> windowed0;
+            switch (c.window) {
+                case "sliding":
+                    if (c.td < 0) {
+                        throw new IllegalArgumentException("sliding windows need time_difference_ms >= 0");
+                    }
+                    windowed0 = grouped.windowedBy(
+                        SlidingWindows.ofTimeDifferenceAndGrace(Duration.ofMillis(c.td), Duration.ofMillis(c.grace)));
+                    break;
+                case "tumbling":
+                case "hopping": {
+                    if (c.size <= 0) {
+                        throw new IllegalArgumentException(c.window + " windows need size_ms > 0");
+                    }
+                    TimeWindows tw = TimeWindows.ofSizeAndGrace(Duration.ofMillis(c.size), Duration.ofMillis(c.grace));
+                    if (c.window.equals("hopping")) {
+                        if (c.advance <= 0) {
+                            throw new IllegalArgumentException("hopping windows need advance_ms > 0");
+                        }
+                        tw = tw.advanceBy(Duration.ofMillis(c.advance));
+                    }
+                    windowed0 = grouped.windowedBy(tw);
+                    break;
+                }
+                default:
+                    throw new IllegalArgumentException("unknown window type: " + c.window);
+            }
+            TimeWindowedKStream<String, String> windowed = windowed0;
+            Materialized<String, String, WindowStore<Bytes, byte[]>> materialized =
+                Materialized.<String, String, WindowStore<Bytes, byte[]>>with(Serdes.String(), Serdes.String())
+                    .withLoggingDisabled();  // the changelog is never read here; it would only cost time and memory
+            if (c.retention != null) {
+                materialized = materialized.withRetention(Duration.ofMillis(c.retention));
+            }
+            switch (emit) {
+                case "every":
+                    materialized = materialized.withCachingDisabled();
+                    break;
+                case "update":
+                    materialized = materialized.withCachingEnabled();
+                    break;
+                default:
+                    windowed = windowed.emitStrategy(EmitStrategy.onWindowClose());
+            }
+            table = windowed.aggregate(agg::init, (k, v, a) -> agg.add(a, v), materialized);
         }
-        switch (emit) {
-            case "every":
-                materialized = materialized.withCachingDisabled();
-                break;
-            case "update":
-                materialized = materialized.withCachingEnabled();
-                break;
-            default:
-                windowed = windowed.emitStrategy(EmitStrategy.onWindowClose());
-        }
-        windowed
-            .aggregate(agg::init, (k, v, a) -> agg.add(a, v), materialized)
+        table
             .toStream()
             .process(() -> new Processor<Windowed<String>, String, Void, Void>() {
                 @Override
@@ -466,6 +575,18 @@ public final class Oracle {
                     case "time_difference_ms":
                         c.td = p.getLongValue();
                         break;
+                    case "window":
+                        c.window = p.getText();
+                        break;
+                    case "size_ms":
+                        c.size = p.getLongValue();
+                        break;
+                    case "advance_ms":
+                        c.advance = p.getLongValue();
+                        break;
+                    case "gap_ms":
+                        c.gap = p.getLongValue();
+                        break;
                     case "grace_ms":
                         c.grace = p.getLongValue();
                         break;
@@ -600,7 +721,8 @@ public final class Oracle {
     static void usage(final String msg) {
         System.err.println("error: " + msg);
         System.err.println("usage: Oracle --batch [--threads N]");
-        System.err.println("       Oracle --time-difference-ms D --grace-ms G --aggregation collect|count|sum|min|max|mean"
+        System.err.println("       Oracle [--window sliding|tumbling|hopping|session] [--size-ms S --advance-ms A"
+            + " | --gap-ms G] --time-difference-ms D --grace-ms G --aggregation collect|count|sum|min|max|mean"
             + " --emit every|update|close [--retention-ms R] [--with-index]   (records as JSON lines on stdin)");
         System.exit(2);
     }
@@ -625,6 +747,10 @@ public final class Oracle {
                 case "--aggregation":
                 case "--emit":
                 case "--retention-ms":
+                case "--window":
+                case "--size-ms":
+                case "--advance-ms":
+                case "--gap-ms":
                     if (i + 1 >= args.length) {
                         usage("missing value for " + a);
                     }
@@ -645,6 +771,18 @@ public final class Oracle {
                         case "--retention-ms":
                             single.retention = Long.parseLong(v);
                             break;
+                        case "--window":
+                            single.window = v;
+                            break;
+                        case "--size-ms":
+                            single.size = Long.parseLong(v);
+                            break;
+                        case "--advance-ms":
+                            single.advance = Long.parseLong(v);
+                            break;
+                        case "--gap-ms":
+                            single.gap = Long.parseLong(v);
+                            break;
                         default:
                             single.emit = v;
                     }
@@ -658,8 +796,8 @@ public final class Oracle {
         if (batch) {
             runBatch(reader, out, Math.max(1, threads));
         } else {
-            if (single.td < 0 || single.grace < 0 || single.aggregation == null || single.emit == null) {
-                usage("single-case mode needs --time-difference-ms, --grace-ms, --aggregation and --emit");
+            if (single.grace < 0 || single.aggregation == null || single.emit == null) {
+                usage("single-case mode needs the window's lengths, --grace-ms, --aggregation and --emit");
             }
             runSingle(single, reader, out, withIndex);
         }
