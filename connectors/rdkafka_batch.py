@@ -191,7 +191,8 @@ class BatchProducer:
         for k, v in config.items():
             if lib.conf_set(conf, k.encode(), _conf_value(v).encode(), err, len(err)) != _CONF_OK:
                 lib.conf_destroy(conf)
-                raise ValueError(f"librdkafka rejects {k}={v}: {err.value.decode(errors='replace')}")
+                shown = "***" if "password" in k or "jaas" in k else v  # never a secret in an error
+                raise ValueError(f"librdkafka rejects {k}={shown}: {err.value.decode(errors='replace')}")
         lib.conf_set_events(conf, _EVENT_DR | _EVENT_ERROR)
         rk = lib.new(_PRODUCER, conf, err, len(err))  # takes the conf, also when it fails
         if not rk:

@@ -94,7 +94,8 @@ def task_config(settings: Any, key_schema_id: int | None = None, value_schema_id
         owners=secrets.token_hex(16) if settings.task_owners and settings.state_cache else "",
         sink=settings.sink,
         batch_produce=settings.batch_produce,
-        producer=tuple(sorted(producer_config(settings.bootstrap_servers, settings.kafka_options).items()))
+        processing_exception_handler=settings.processing_exception_handler,
+        producer=tuple(sorted(producer_config(settings.bootstrap_servers, settings.rdkafka_options()).items()))
         if settings.sink == "direct" else (),
     )
 
@@ -261,6 +262,8 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None):  # -> 
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.metricsEnabled": "true",
+        # redact the Kafka security options (connectors.security) wherever Spark shows data source options
+        "spark.sql.redaction.options.regex": "(?i)url|password|jaas|ssl[.]keystore[.]key|ssl[.]truststore[.]cert",
         "spark.python.worker.reuse": "true",
         **checkpoint_file_conf(settings.checkpoint_dir),
         **python_worker_conf(settings.fast_input),
@@ -318,7 +321,7 @@ def _quiet_spark_logging() -> None:
 
 def _kafka_options(settings: Any) -> dict[str, str]:
     opts = {"kafka.bootstrap.servers": settings.bootstrap_servers}
-    for k, v in settings.kafka_options:
+    for k, v in settings.java_kafka_options():  # security settings in the Java dialect, then kafka_options
         opts[f"kafka.{k}"] = v
     return opts
 
