@@ -19,7 +19,7 @@ COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
 DOCKERFILE = (ROOT / "deploy" / "Dockerfile").read_text()
 SETTING_VARS = {ENV_PREFIX + s.upper() for s in SETTINGS}
-LONG_RUNNING = ("kafka", "schema-registry", "service", "prometheus", "grafana")
+LONG_RUNNING = ("kafka", "schema-registry", "slidingwindow", "prometheus", "grafana")
 
 
 def substitute(value: str) -> str:
@@ -35,7 +35,7 @@ def env_of(name: str) -> dict[str, str]:
 
 
 def service_settings() -> Settings:
-    return load([], environ=env_of("service"))
+    return load([], environ=env_of("slidingwindow"))
 
 
 def published(name: str) -> dict[int, int]:
@@ -53,7 +53,7 @@ def test_compose_has_every_component():
     env = env_of("kafka")
     assert "controller" in env["KAFKA_PROCESS_ROLES"] and "broker" in env["KAFKA_PROCESS_ROLES"]
     assert "schema-registry" in SERVICES["schema-registry"]["image"]
-    assert SERVICES["service"]["build"]["dockerfile"] == "deploy/Dockerfile"
+    assert SERVICES["slidingwindow"]["build"]["dockerfile"] == "deploy/Dockerfile"
     assert SERVICES["demo-producer"]["profiles"] == ["demo"]
 
 
@@ -100,7 +100,7 @@ def test_named_volumes_for_kafka_data_and_the_checkpoint():
     kafka_env = env_of("kafka")
     mounts = {v.split(":")[1]: v.split(":")[0] for v in SERVICES["kafka"]["volumes"]}
     assert mounts[kafka_env["KAFKA_LOG_DIRS"]] in declared
-    svc_mounts = {v.split(":")[1]: v.split(":")[0] for v in SERVICES["service"]["volumes"]}
+    svc_mounts = {v.split(":")[1]: v.split(":")[0] for v in SERVICES["slidingwindow"]["volumes"]}
     assert svc_mounts[service_settings().checkpoint_dir] in declared
     for name, svc in SERVICES.items():
         for v in svc.get("volumes") or []:
@@ -119,16 +119,16 @@ def test_every_mounted_file_exists():
 
 def test_ports_agree_with_settings_and_prometheus():
     s = service_settings()
-    assert published("service") == {s.metrics_port: s.metrics_port}
+    assert published("slidingwindow") == {s.metrics_port: s.metrics_port}
     prom = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
     job = next(j for j in prom["scrape_configs"] if j["job_name"] == "slidingwindow")
     targets = [t for sc in job["static_configs"] for t in sc["targets"]]
-    assert targets == [f"service:{s.metrics_port}"]
-    assert "service" in SERVICES
+    assert targets == [f"slidingwindow:{s.metrics_port}"]
+    assert "slidingwindow" in SERVICES
     # Dockerfile: the exposed port and the healthcheck are the metrics port
     assert re.search(rf"^EXPOSE {s.metrics_port}$", DOCKERFILE, re.M)
     # healthy = processing (service/healthcheck.py reads SLIDINGWINDOW_METRICS_PORT's /metrics), in both places
-    assert SERVICES["service"]["healthcheck"]["test"] == ["CMD", "python", "-m", "service.healthcheck"]
+    assert SERVICES["slidingwindow"]["healthcheck"]["test"] == ["CMD", "python", "-m", "service.healthcheck"]
     assert 'CMD ["python", "-m", "service.healthcheck"]' in DOCKERFILE
     # the schema registry URL names the registry service and its listener port
     m = re.fullmatch(r"http://([\w-]+):(\d+)", s.schema_registry_url)
@@ -176,9 +176,9 @@ def test_grafana_provisioning_is_mounted_and_consistent():
 def test_spark_cluster_profile_shares_the_checkpoint():
     worker = SERVICES["spark-worker"]
     assert worker["profiles"] == ["cluster"] and SERVICES["spark-master"]["profiles"] == ["cluster"]
-    assert set(worker["volumes"]) == set(SERVICES["service"]["volumes"])
+    assert set(worker["volumes"]) == set(SERVICES["slidingwindow"]["volumes"])
     assert "spark://spark-master:7077" in worker["entrypoint"]
-    assert SERVICES["service"]["hostname"] == "service"  # the driver host executors connect back to
+    assert SERVICES["slidingwindow"]["hostname"] == "slidingwindow"  # the driver host executors connect back to
 
 
 def test_dockerfile_bakes_the_connector_jars_and_runs_the_service():

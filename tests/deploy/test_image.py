@@ -39,7 +39,7 @@ def _grace_seconds(value: str) -> int:
     return int(float(value[:-1]) * units[value[-1]]) if value[-1] in units else int(value)
 
 
-STOP_GRACE_S = _grace_seconds(str(COMPOSE["services"]["service"]["stop_grace_period"]))
+STOP_GRACE_S = _grace_seconds(str(COMPOSE["services"]["slidingwindow"]["stop_grace_period"]))
 
 
 @pytest.fixture(scope="module")

@@ -45,7 +45,7 @@ def test_scrape_target_is_the_metrics_port():
     cfg = yaml.safe_load((PROM_DIR / "prometheus.yml").read_text())
     job = next(j for j in cfg["scrape_configs"] if j["job_name"] == "slidingwindow")
     targets = [t for sc in job["static_configs"] for t in sc["targets"]]
-    assert targets == [f"service:{Settings().metrics_port}"]
+    assert targets == [f"slidingwindow:{Settings().metrics_port}"]
 
 
 def test_rules_only_use_defined_metrics():
