@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import subprocess
 import time
 import urllib.parse
@@ -49,9 +51,11 @@ def compose(*args: str, files: tuple[Path, ...] = (BASE,), timeout: float = 300,
     cmd = [str(binary), "--project-directory", str(ROOT), "-p", PROJECT]
     for f in files:
         cmd += ["-f", str(f)]
-    r = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    env = {**os.environ, "HOST_HOSTNAME": socket.gethostname()}  # the override maps it to 127.0.0.1 (see there)
+    r = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
     if check and r.returncode != 0:
-        logs = subprocess.run([*cmd, "logs", "--tail", "40"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+        logs = subprocess.run([*cmd, "logs", "--tail", "40"], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                              env=env)
         raise AssertionError(f"docker-compose {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}\n"
                              f"logs:\n{logs.stdout[-6000:]}")
     return r
@@ -105,6 +109,10 @@ def _states() -> dict[str, str]:
             for row in rows if isinstance(rows, list) else [rows]:
                 out[row["Service"]] = row.get("Health") or row.get("State", "")
     return out
+
+
+def _service_logs() -> str:
+    return compose("logs", "--tail", "60", "slidingwindow", files=(BASE, LOCAL), check=False).stdout
 
 
 def _wait_healthy(services: set[str], timeout: float) -> float:
@@ -177,7 +185,7 @@ def test_the_stack_runs_restarts_and_resumes(stack_images):
         logger.info("compose up (service first) to all healthy: %.1fs", time.monotonic() - t0)
         deadline = time.monotonic() + 300
         while _committed_input(bootstrap) < 600:
-            assert time.monotonic() < deadline, compose("logs", "--tail", "60", "slidingwindow", files=(BASE, LOCAL)).stdout
+            assert time.monotonic() < deadline, _service_logs()
             time.sleep(1)
 
         # Prometheus scrapes the service and answers the dashboard's queries (Grafana's only source)
@@ -204,7 +212,7 @@ def test_the_stack_runs_restarts_and_resumes(stack_images):
         _wait_healthy({"slidingwindow"}, 300)
         deadline = time.monotonic() + 300
         while _committed_input(bootstrap) < 600:  # counters restart with the process: the second half only
-            assert time.monotonic() < deadline, compose("logs", "--tail", "60", "slidingwindow", files=(BASE, LOCAL)).stdout
+            assert time.monotonic() < deadline, _service_logs()
             time.sleep(1)
         logs = compose("logs", "slidingwindow", files=(BASE, LOCAL)).stdout
         assert "Traceback" not in logs.split("signal 15")[-1]

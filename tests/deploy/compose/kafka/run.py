@@ -3,7 +3,6 @@
 
 import os
 import re
-import socket
 import subprocess
 import sys
 
@@ -19,18 +18,7 @@ props = {prop(k): v for k, v in os.environ.items() if k.startswith("KAFKA_") and
 path = "/opt/kafka/config/server.properties"
 with open(path, "w") as f:
     f.writelines(f"{k}={v}\n" for k, v in sorted(props.items()))
-# On the host network the container's hostname is the host's, which the container's /etc/hosts (Docker's own, not
-# the host's) does not resolve; a listener without a host (PLAINTEXT://:9092) makes Kafka resolve it and stop with
-# UnknownHostException. The JVM reads /etc/hosts plus that name from a file of its own (loopback only).
-hosts = "/opt/kafka/config/hosts"
-try:
-    socket.getaddrinfo(socket.gethostname(), None)
-    host_opts: list[str] = []
-except socket.gaierror:
-    with open("/etc/hosts") as src, open(hosts, "w") as dst:
-        dst.write(src.read() + f"\n127.0.0.1 {socket.gethostname()}\n")
-    host_opts = [f"-Djdk.net.hosts.file={hosts}"]
-java = ["java", *os.environ.get("KAFKA_HEAP_OPTS", "-Xmx512m").split(), *host_opts,
+java = ["java", *os.environ.get("KAFKA_HEAP_OPTS", "-Xmx512m").split(),
         "-Dlog4j2.configurationFile=/opt/kafka/config/log4j2.properties", "-cp", "/opt/kafka/libs/*"]
 log_dirs = props.get("log.dirs", "/tmp/kraft-combined-logs").split(",")[0]
 if not os.path.exists(os.path.join(log_dirs, "meta.properties")):
