@@ -179,7 +179,10 @@ def test_the_stack_runs_restarts_and_resumes(stack_images):
         _wait_healthy({"kafka", "schema-registry", "prometheus"}, 300)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(timeout=60)
-        events = payment_events(1200, keys=12, partitions=3, td=td, grace=grace, seed=3302)
+        # event times of the last hour: the compose file's Kafka keeps the broker's default retention (7 days), which
+        # deletes records (and window updates) timestamped further back, however recently they were written
+        events = payment_events(1200, keys=12, partitions=3, td=td, grace=grace, seed=3302,
+                                base_ts=int(time.time() * 1000) - 3_600_000)
         produce(bootstrap, topic, events[:600])
         up_s = _wait_healthy({"kafka", "schema-registry", "prometheus", "slidingwindow"}, 420)
         logger.info("compose up (service first) to all healthy: %.1fs", time.monotonic() - t0)
