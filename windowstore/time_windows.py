@@ -221,9 +221,7 @@ class TimeWindowProcessor:
         if upper < 0:
             return
         lower = 0 if last == _NO_TIMESTAMP else max(0, last - size) + 1
-        if last != _NO_TIMESTAMP and list(self.windows.window_starts(upper)) == list(
-            self.windows.window_starts(lower - 1)
-        ):
+        if last != _NO_TIMESTAMP and self.windows.window_starts(upper) == self.windows.window_starts(lower - 1):
             return  # shouldRangeFetch: no new window to emit; last close time NOT advanced
         starts = self._starts
         i = bisect.bisect_left(starts, lower)
@@ -237,6 +235,45 @@ class TimeWindowProcessor:
         for start in starts[:j]:
             self._forget_start(start)
         del starts[:j]
+
+    # ------------------------------------------------------------------------------------------ batch contract
+    # What an accelerator (windowstore.time_windows_batch) may do to this processor's state. Each call does
+    # exactly what the record path does to the same window, so a batch path that makes the record path's writes
+    # (in any order, values already combined) leaves the processor in the record path's state.
+
+    def get_window(self, key: Hashable, start: int) -> tuple[Any, int, int] | None:
+        """``(accumulator, output timestamp, record count)`` of one held window, or ``None``."""
+        w = self._by_key.get(key, {}).get(start)
+        return None if w is None else (w.acc, w.ts, w.count)
+
+    def set_window(self, key: Hashable, start: int, acc: Any, ts: int, count: int) -> None:
+        """Create or overwrite one window (no stats, no dirty mark: see :meth:`mark_written`)."""
+        windows = self._by_key.get(key)
+        if windows is None:
+            windows = self._by_key[key] = {}
+        w = windows.get(start)
+        if w is None:
+            windows[start] = _Window(acc, ts, count)
+            self._index_add(key, start)
+        else:
+            w.acc, w.ts, w.count = acc, ts, count
+
+    def mark_written(self, key: Hashable, start: int) -> None:
+        """Update mode: move the window to the end of the record cache's last-write order (T9)."""
+        if self.emit is EmitMode.UPDATE:
+            dk = (key, start)
+            self._dirty.pop(dk, None)
+            self._dirty[dk] = None
+
+    def close_windows(self, window_close_time: int) -> list[WindowUpdate]:
+        """What the record path does after a record that left close time at ``window_close_time``: close mode
+        emits the windows it closed (T10) and returns them; other modes forget closed, flushed windows."""
+        if self.emit is EmitMode.CLOSE:
+            out: list[WindowUpdate] = []
+            self._maybe_forward_final_result(window_close_time, out)
+            return out
+        self._purge_closed(window_close_time)
+        return []
 
     # ------------------------------------------------------------------------------------------ state
 
