@@ -33,7 +33,7 @@ record timestamp in the window (T6).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -257,6 +257,25 @@ class TimeWindowProcessor:
             self._index_add(key, start)
         else:
             w.acc, w.ts, w.count = acc, ts, count
+
+    def write_windows(self, rows: Iterable[tuple[Hashable, int, Any, int, int]]) -> None:
+        """:meth:`set_window` then :meth:`mark_written` for each ``(key, start, acc, ts, count)``, in order."""
+        by_key = self._by_key
+        dirty = self._dirty if self.emit is EmitMode.UPDATE else None
+        for key, start, acc, ts, count in rows:
+            windows = by_key.get(key)
+            if windows is None:
+                windows = by_key[key] = {}
+            w = windows.get(start)
+            if w is None:
+                windows[start] = _Window(acc, ts, count)
+                self._index_add(key, start)
+            else:
+                w.acc, w.ts, w.count = acc, ts, count
+            if dirty is not None:
+                dk = (key, start)
+                dirty.pop(dk, None)
+                dirty[dk] = None
 
     def mark_written(self, key: Hashable, start: int) -> None:
         """Update mode: move the window to the end of the record cache's last-write order (T9)."""

@@ -24,8 +24,8 @@ windows one by one (rare: only records behind close time). A window is touched o
 it, so its final value is the value the record path has after the batch.
 
 What the path returns is what the record path returns for the same records, concatenated, and it leaves the
-processor in the record path's state (the processor's batch contract: ``get_window`` / ``set_window`` /
-``mark_written`` / ``close_windows``):
+processor in the record path's state (the processor's batch contract: ``get_window`` / ``write_windows`` /
+``close_windows``):
 
 * ``update``: nothing; the processor's :meth:`~TimeWindowProcessor.flush` then forwards each written window once,
   in the record cache's last-write order - the order of ``(index of the window's last record, start)``;
@@ -261,9 +261,7 @@ def _process(
 
     # commit, in the record cache's last-write order: (index of the window's last record, start)
     commits.sort(key=lambda c: (c[0], c[1]))
-    for _last_i, s, k, acc, ts, count in commits:
-        proc.set_window(k, s, acc, ts, count)
-        proc.mark_written(k, s)
+    proc.write_windows([(k, s, acc, ts, count) for _last_i, s, k, acc, ts, count in commits])
     stats = proc.stats
     stats.records += len(keys)
     stats.dropped_null_key += n_null
@@ -336,9 +334,11 @@ def _key_windows(
         if first <= top:
             starts.extend(range(first, top + 1, adv))
             nxt = top + adv
-    for s in starts:
-        lo = bisect.bisect_left(ts_sorted, s)
-        hi = bisect.bisect_left(ts_sorted, s + size)
+    assert last is not None or not starts
+    lo = hi = 0
+    for s in starts:  # ascending: both bounds only move right
+        lo = bisect.bisect_left(ts_sorted, s, lo)
+        hi = bisect.bisect_left(ts_sorted, s + size, max(hi, lo))
         parts: list[Any] = []
         for kind, r in readers:
             if kind == "count":
@@ -349,17 +349,13 @@ def _key_windows(
                 parts.append((hi - lo, r[hi] - r[lo]))
             else:
                 parts.append(r.query(lo, hi))
-        assert last is not None
-        entry = [last.query(lo, hi), ts_sorted[hi - 1], hi - lo, parts]
-        extra = late.pop(s, None)
-        if extra is not None:
-            entry = [
-                max(entry[0], extra[0]),
-                max(entry[1], extra[1]),
-                entry[2] + extra[2],
-                [_merge(kind, a, b) for (kind, _f), a, b in zip(kinds, parts, extra[3], strict=True)],
-            ]
-        out.append((entry[0], s, k, entry[3], entry[1], entry[2]))
+        last_i = last.query(lo, hi)  # type: ignore[union-attr]
+        extra = late.pop(s, None) if late else None
+        if extra is None:
+            out.append((last_i, s, k, parts, ts_sorted[hi - 1], hi - lo))
+        else:
+            merged = [_merge(kind, a, b) for (kind, _f), a, b in zip(kinds, parts, extra[3], strict=True)]
+            out.append((max(last_i, extra[0]), s, k, merged, max(ts_sorted[hi - 1], extra[1]), hi - lo + extra[2]))
     for s, (last_i, ts, count, parts) in late.items():  # windows only partially late records reached
         out.append((last_i, s, k, parts, ts, count))
     return out
