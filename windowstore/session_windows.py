@@ -174,6 +174,8 @@ class SessionWindowProcessor:
         self.windows = windows
         self.aggregation = aggregation
         self.merger = merger if merger is not None else session_merger(aggregation)
+        #: the merger is the aggregation's own (``combine``), not one the caller passed
+        self.default_merger = merger is None
         self.emit = EmitMode.parse(emit)
         self.stats = FamilyStats()
         self.observed_stream_time = _NO_TIMESTAMP
@@ -383,6 +385,31 @@ class SessionWindowProcessor:
             sessions.remove(start, end)
             if not sessions:
                 del self._sessions[key]
+
+    # ------------------------------------------------------------------------------------------ batch contract
+    # What an accelerator (windowstore.session_windows_batch) may do, update mode only: read a key's cached
+    # sessions and make the record path's cache writes, in last-write order, with values already merged.
+
+    def cached_sessions(self, key: Hashable, earliest_end: int, latest_start: int) -> list[tuple[int, int, Any, int]]:
+        """Update mode: ``(start, end, accumulator, count)`` of the key's cached sessions with
+        ``end >= earliest_end`` and ``start <= latest_start``, ascending end (the cache hides nothing, S7)."""
+        if self.emit is not EmitMode.UPDATE:
+            raise ValueError("cached_sessions is the update mode's (record cache) contract")
+        return [(s.start, s.end, s.acc, s.count) for s in self._find_sessions(key, earliest_end, latest_start)]
+
+    def write_sessions(self, ops: list[tuple[Hashable, int, int, Any, int] | tuple[Hashable, int, int]]) -> None:
+        """Update mode, in order: ``(key, start, end)`` removes a cached session (S6; a tombstone at the next
+        flush if the store still holds it), ``(key, start, end, acc, count)`` puts one (replacing equal bounds)."""
+        if self.emit is not EmitMode.UPDATE:
+            raise ValueError("write_sessions is the update mode's (record cache) contract")
+        sink: list[WindowUpdate] = []
+        for op in ops:
+            if len(op) == 3:
+                key, start, end = op
+                self._remove(key, _Session(start, end, None, 0), sink)
+            else:
+                key, start, end, acc, count = op
+                self._put(key, _Session(start, end, acc, count), sink)
 
     # ------------------------------------------------------------------------------------------ state
 

@@ -51,12 +51,12 @@ from .family_common import valid_timestamp
 from .time_windows import TimeWindowProcessor
 from .updates import EmitMode, WindowUpdate
 
-__all__ = ["batch_kinds", "process_batch"]
+__all__ = ["BatchFallback", "batch_kinds", "combine_part", "merge_part", "one_part", "part_column", "process_batch"]
 
 _KINDS: dict[type, str] = {Count: "count", Sum: "sum", Min: "min", Max: "max", Mean: "mean"}
 
 
-class _Fallback(Exception):
+class BatchFallback(Exception):
     """The batch cannot be processed identically by this path: use the record path."""
 
 
@@ -89,7 +89,7 @@ def process_batch(
     if proc.emit is not EmitMode.EVERY and kinds is not None:
         try:
             return _process(proc, kinds, keys, timestamps, values)
-        except _Fallback:
+        except BatchFallback:
             pass
     process = proc.process
     out: list[WindowUpdate] = []
@@ -101,18 +101,18 @@ def process_batch(
 # ---------------------------------------------------------------------------------------------- the batch path
 
 
-def _column(kind: str, field: str | None, vals: list[Any]) -> list[Any]:
+def part_column(kind: str, field: str | None, vals: list[Any]) -> list[Any]:
     """One part's inputs for the contributing records: ints only (exact whatever the grouping), else fallback."""
     if field is not None:
         try:
             vals = [v[field] for v in vals]
         except Exception as e:
-            raise _Fallback from e
+            raise BatchFallback from e
     if kind == "count":
         return vals
     for v in vals:
         if type(v) is not int:
-            raise _Fallback
+            raise BatchFallback
     return vals
 
 
@@ -146,22 +146,22 @@ def _max(a: Any, b: Any) -> Any:
     return b if b > a else a
 
 
-def _combine(kind: str, old: Any, new: Any) -> Any:
+def combine_part(kind: str, old: Any, new: Any) -> Any:
     """Existing accumulator part (``old``, record-path form) with the batch's part ``new``; exact for ints."""
     if kind == "count":
         return old + new
     if kind == "sum":
         if type(old) is not int:
-            raise _Fallback  # a float sum from earlier records: regrouping would round differently
+            raise BatchFallback  # a float sum from earlier records: regrouping would round differently
         return old + new
     if kind == "mean":
         if type(old[1]) is not int:
-            raise _Fallback
+            raise BatchFallback
         return (old[0] + new[0], old[1] + new[1])
     if old is None:
         return new
     if type(old) is not int:
-        raise _Fallback
+        raise BatchFallback
     return _min(old, new) if kind == "min" else _max(old, new)
 
 
@@ -219,7 +219,7 @@ def _process(
     contributing = sorted([i for rows in clean.values() for _t, i in rows] + [p[2] for p in partial])
     col_at: list[dict[int, Any]] = []
     for kind, field in kinds:
-        col = _column(kind, field, [values[i] for i in contributing])
+        col = part_column(kind, field, [values[i] for i in contributing])
         col_at.append(dict(zip(contributing, col, strict=True)))
 
     # (last index, start, key, acc parts, ts, count) of every window the batch writes, state untouched so far
@@ -230,13 +230,18 @@ def _process(
         for s in range(lo, t + 1, adv):
             c = per_start.get(s)
             if c is None:
-                per_start[s] = [i, t, 1, [_one(kind, cols[i]) for (kind, _f), cols in zip(kinds, col_at, strict=True)]]
+                per_start[s] = [
+                    i,
+                    t,
+                    1,
+                    [one_part(kind, cols[i]) for (kind, _f), cols in zip(kinds, col_at, strict=True)],
+                ]
             else:
                 c[0] = max(c[0], i)
                 c[1] = max(c[1], t)
                 c[2] += 1
                 c[3] = [
-                    _merge(kind, a, _one(kind, cols[i]))
+                    merge_part(kind, a, one_part(kind, cols[i]))
                     for (kind, _f), a, cols in zip(kinds, c[3], col_at, strict=True)
                 ]
     for k in clean.keys() | late_by_key.keys():
@@ -255,7 +260,7 @@ def _process(
             continue
         old_acc, old_ts, old_count = held
         old_parts = (old_acc,) if single else old_acc
-        merged = [_combine(kind, o, p) for (kind, _f), o, p in zip(kinds, old_parts, parts, strict=True)]
+        merged = [combine_part(kind, o, p) for (kind, _f), o, p in zip(kinds, old_parts, parts, strict=True)]
         acc = merged[0] if single else tuple(merged)
         commits.append((last_i, s, k, acc, max(ts, old_ts), old_count + count))
 
@@ -285,7 +290,7 @@ def _process(
     return out
 
 
-def _one(kind: str, v: Any) -> Any:
+def one_part(kind: str, v: Any) -> Any:
     """One record's part, as the batch combines it (count: 1, mean: (1, v))."""
     if kind == "count":
         return 1
@@ -294,7 +299,7 @@ def _one(kind: str, v: Any) -> Any:
     return v
 
 
-def _merge(kind: str, a: Any, b: Any) -> Any:
+def merge_part(kind: str, a: Any, b: Any) -> Any:
     if kind == "count" or kind == "sum":
         return a + b
     if kind == "mean":
@@ -354,7 +359,7 @@ def _key_windows(
         if extra is None:
             out.append((last_i, s, k, parts, ts_sorted[hi - 1], hi - lo))
         else:
-            merged = [_merge(kind, a, b) for (kind, _f), a, b in zip(kinds, parts, extra[3], strict=True)]
+            merged = [merge_part(kind, a, b) for (kind, _f), a, b in zip(kinds, parts, extra[3], strict=True)]
             out.append((max(last_i, extra[0]), s, k, merged, max(ts_sorted[hi - 1], extra[1]), hi - lo + extra[2]))
     for s, (last_i, ts, count, parts) in late.items():  # windows only partially late records reached
         out.append((last_i, s, k, parts, ts, count))
