@@ -24,8 +24,7 @@ windows one by one (rare: only records behind close time). A window is touched o
 it, so its final value is the value the record path has after the batch.
 
 What the path returns is what the record path returns for the same records, concatenated, and it leaves the
-processor in the record path's state (the processor's batch contract: ``get_window`` / ``write_windows`` /
-``close_windows``):
+processor in the record path's state (the processor's batch contract: ``merge_windows`` / ``close_windows``):
 
 * ``update``: nothing; the processor's :meth:`~TimeWindowProcessor.flush` then forwards each written window once,
   in the record cache's last-write order - the order of ``(index of the window's last record, start)``;
@@ -222,51 +221,42 @@ def _process(
         col = part_column(kind, field, [values[i] for i in contributing])
         col_at.append(dict(zip(contributing, col, strict=True)))
 
-    # (last index, start, key, acc parts, ts, count) of every window the batch writes, state untouched so far
-    writes: list[tuple[int, int, Hashable, list[Any], int, int]] = []
+    # (last index, start, key, acc, ts, count) of every window the batch writes, state untouched so far
+    single = type(proc.aggregation) is not Composite
+    ordered = proc.emit is EmitMode.UPDATE  # close mode: the write order is not observable
+    writes: list[tuple[int, int, Hashable, Any, int, int]] = []
     late_by_key: dict[Hashable, dict[int, list[Any]]] = {}
     for k, t, i, lo in partial:
         per_start = late_by_key.setdefault(k, {})
+        mine = [one_part(kind, cols[i]) for (kind, _f), cols in zip(kinds, col_at, strict=True)]
         for s in range(lo, t + 1, adv):
             c = per_start.get(s)
             if c is None:
-                per_start[s] = [
-                    i,
-                    t,
-                    1,
-                    [one_part(kind, cols[i]) for (kind, _f), cols in zip(kinds, col_at, strict=True)],
-                ]
+                per_start[s] = [i, t, 1, mine]
             else:
                 c[0] = max(c[0], i)
                 c[1] = max(c[1], t)
                 c[2] += 1
-                c[3] = [
-                    merge_part(kind, a, one_part(kind, cols[i]))
-                    for (kind, _f), a, cols in zip(kinds, c[3], col_at, strict=True)
-                ]
+                c[3] = [merge_part(kind, x, y) for (kind, _f), x, y in zip(kinds, c[3], mine, strict=True)]
     for k in clean.keys() | late_by_key.keys():
-        writes += _key_windows(k, clean.get(k, []), late_by_key.get(k, {}), kinds, col_at, size, adv)
+        writes += _key_windows(k, clean.get(k, []), late_by_key.get(k, {}), kinds, col_at, size, adv, single, ordered)
 
-    # combine with the held windows (may still fall back: a float accumulator from earlier records)
-    single = len(kinds) == 1 and type(proc.aggregation) is not Composite
-    commits = []
-    created = 0
-    for last_i, s, k, parts, ts, count in writes:
-        held = proc.get_window(k, s)
-        if held is None:
-            created += 1
-            acc: Any = parts[0] if single else tuple(parts)
-            commits.append((last_i, s, k, acc, ts, count))
-            continue
-        old_acc, old_ts, old_count = held
-        old_parts = (old_acc,) if single else old_acc
-        merged = [combine_part(kind, o, p) for (kind, _f), o, p in zip(kinds, old_parts, parts, strict=True)]
-        acc = merged[0] if single else tuple(merged)
-        commits.append((last_i, s, k, acc, max(ts, old_ts), old_count + count))
+    # combine with the held windows, in the record cache's last-write order: (index of the window's last record,
+    # start); combine_part may still fall back (a float accumulator from earlier records) before any write
+    if ordered:
+        writes.sort(key=lambda c: (c[0], c[1]))
+    if single:
+        kind0 = kinds[0][0]
 
-    # commit, in the record cache's last-write order: (index of the window's last record, start)
-    commits.sort(key=lambda c: (c[0], c[1]))
-    proc.write_windows([(k, s, acc, ts, count) for _last_i, s, k, acc, ts, count in commits])
+        def combine(old: Any, new: Any) -> Any:
+            return combine_part(kind0, old, new)
+    else:
+        names = [kind for kind, _f in kinds]
+
+        def combine(old: Any, new: Any) -> Any:
+            return tuple([combine_part(kind, o, n) for kind, o, n in zip(names, old, new, strict=True)])
+
+    created = proc.merge_windows([(k, s, acc, ts, count) for _last_i, s, k, acc, ts, count in writes], combine)
     stats = proc.stats
     stats.records += len(keys)
     stats.dropped_null_key += n_null
@@ -315,52 +305,71 @@ def _key_windows(
     col_at: list[dict[int, Any]],
     size: int,
     adv: int,
-) -> list[tuple[int, int, Hashable, list[Any], int, int]]:
-    """Every window of one key the batch writes: clean records by range reads, partially late ones folded in."""
+    single: bool,
+    ordered: bool,
+) -> list[tuple[int, int, Hashable, Any, int, int]]:
+    """Every window of one key the batch writes, as ``(last record index, start, key, acc, ts, count)``: clean
+    records by range reads over the key's records sorted by time, partially late ones folded in. ``ordered``:
+    the last record index is needed (update mode's last-write order); otherwise it is not computed."""
     rows.sort()
     ts_sorted = [t for t, _i in rows]
     idx = [i for _t, i in rows]
-    readers: list[Any] = []
+    readers: list[Any] = []  # per part: (lo, hi) -> the part's accumulator over sorted positions [lo, hi)
     for (kind, _f), cols in zip(kinds, col_at, strict=True):
-        col = [cols[i] for i in idx]
         if kind == "count":
-            readers.append(("count", None))
-        elif kind in ("sum", "mean"):
-            readers.append((kind, list(accumulate(col, initial=0))))
+            readers.append(_count_reader)
+            continue
+        col = [cols[i] for i in idx]
+        if kind == "sum":
+            readers.append(_sum_reader(list(accumulate(col, initial=0))))
+        elif kind == "mean":
+            readers.append(_mean_reader(list(accumulate(col, initial=0))))
         else:
-            readers.append((kind, _SparseTable(col, _min if kind == "min" else _max) if col else None))
-    last = _SparseTable(idx, max) if idx else None
-    out: list[tuple[int, int, Hashable, list[Any], int, int]] = []
+            readers.append(_SparseTable(col, _min if kind == "min" else _max).query if col else None)
+    out: list[tuple[int, int, Hashable, Any, int, int]] = []
     starts: list[int] = []
     nxt = 0  # smallest start not yet listed
     for t in ts_sorted:  # the union of the clean records' windows, ascending
-        first = max(nxt, (max(0, t - size + adv) // adv) * adv)
-        top = (t // adv) * adv
+        first = (t - size + adv) // adv * adv
+        if first < nxt:
+            first = nxt
+        top = t // adv * adv
         if first <= top:
             starts.extend(range(first, top + 1, adv))
             nxt = top + adv
-    assert last is not None or not starts
-    lo = hi = 0
-    for s in starts:  # ascending: both bounds only move right
-        lo = bisect.bisect_left(ts_sorted, s, lo)
-        hi = bisect.bisect_left(ts_sorted, s + size, max(hi, lo))
-        parts: list[Any] = []
-        for kind, r in readers:
-            if kind == "count":
-                parts.append(hi - lo)
-            elif kind == "sum":
-                parts.append(r[hi] - r[lo])
-            elif kind == "mean":
-                parts.append((hi - lo, r[hi] - r[lo]))
-            else:
-                parts.append(r.query(lo, hi))
-        last_i = last.query(lo, hi)  # type: ignore[union-attr]
-        extra = late.pop(s, None) if late else None
-        if extra is None:
-            out.append((last_i, s, k, parts, ts_sorted[hi - 1], hi - lo))
-        else:
-            merged = [merge_part(kind, a, b) for (kind, _f), a, b in zip(kinds, parts, extra[3], strict=True)]
-            out.append((max(last_i, extra[0]), s, k, merged, max(ts_sorted[hi - 1], extra[1]), hi - lo + extra[2]))
-    for s, (last_i, ts, count, parts) in late.items():  # windows only partially late records reached
-        out.append((last_i, s, k, parts, ts, count))
+    if starts:
+        last_query = _SparseTable(idx, max).query if ordered else _count_reader  # (unordered: any int)
+        read0 = readers[0]
+        lo = hi = 0
+        bisect_left = bisect.bisect_left
+        for s in starts:  # ascending: both bounds only move right
+            lo = bisect_left(ts_sorted, s, lo)
+            hi = bisect_left(ts_sorted, s + size, hi if hi > lo else lo)
+            acc = read0(lo, hi) if single else tuple([r(lo, hi) for r in readers])
+            out.append((last_query(lo, hi), s, k, acc, ts_sorted[hi - 1], hi - lo))
+    if late:
+        merged = []
+        for last_i, s, k_, acc, ts, count in out:
+            extra = late.pop(s, None)
+            if extra is not None:
+                parts = [acc] if single else list(acc)
+                parts = [merge_part(kind, x, y) for (kind, _f), x, y in zip(kinds, parts, extra[3], strict=True)]
+                acc = parts[0] if single else tuple(parts)
+                last_i, ts, count = max(last_i, extra[0]), max(ts, extra[1]), count + extra[2]
+            merged.append((last_i, s, k_, acc, ts, count))
+        out = merged
+        for s, (last_i, ts, count, parts) in late.items():  # windows only partially late records reached
+            out.append((last_i, s, k, parts[0] if single else tuple(parts), ts, count))
     return out
+
+
+def _count_reader(lo: int, hi: int) -> int:
+    return hi - lo
+
+
+def _sum_reader(prefix: list[int]) -> Any:
+    return lambda lo, hi: prefix[hi] - prefix[lo]
+
+
+def _mean_reader(prefix: list[int]) -> Any:
+    return lambda lo, hi: (hi - lo, prefix[hi] - prefix[lo])
