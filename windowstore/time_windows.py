@@ -272,10 +272,10 @@ class TimeWindowProcessor:
         held window before anything changes (if it raises, the state is untouched). Returns windows created."""
         by_key = self._by_key
         empty: dict[int, _Window] = {}
-        merged = []
+        merged: list[tuple[_Window, Any] | None] = []
         for key, start, acc, _ts, _count in rows:
-            w = by_key.get(key, empty).get(start)
-            merged.append(None if w is None else (w, combine(w.acc, acc)))
+            held = by_key.get(key, empty).get(start)
+            merged.append(None if held is None else (held, combine(held.acc, acc)))
         dirty = self._dirty if self.emit is EmitMode.UPDATE else None
         created = 0
         for (key, start, acc, ts, count), m in zip(rows, merged, strict=True):
@@ -287,7 +287,8 @@ class TimeWindowProcessor:
                 self._index_add(key, start)
                 created += 1
             else:
-                w, w.acc = m
+                w, new_acc = m
+                w.acc = new_acc
                 if ts > w.ts:
                     w.ts = ts
                 w.count += count
