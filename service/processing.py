@@ -76,7 +76,20 @@ STATS_FIELDS = (
     # histogram bucket counts (NOT cumulative; last = above the largest bound), bounds in service.metrics
     *(f"lateness_b{i}" for i in range(len(LATENESS_BUCKETS_MS) + 1)),
     *(f"latency_b{i}" for i in range(len(LATENCY_BUCKETS_MS) + 1)),
+    # processing_guarantee=exactly_once (connectors.transactions; 0 with at_least_once)
+    "txn_committed",  # 1 when the batch's transaction committed
+    "txn_aborted",  # transactions of this batch aborted or fenced before one committed (each redone)
+    "txn_commit_ns",  # time in send_offsets_to_transaction + commit_transaction
+    "txn_skipped",  # 1 when the group's offset already covered the batch: state updated, nothing produced
 )
+
+#: the counters of what a batch read and wrote, zeroed in a replayed batch that is already in Kafka
+#: (processing_guarantee=exactly_once), so the service's counters stay exact across a replay
+REPLAY_ZEROED = ("records", "aggregated", "late", "dead_lettered", "changelog", "windows_created",
+                 "windows_updated", "skipped_windows", "windows_expired", "dead_deserialization", "dead_invalid",
+                 "lateness_ms_sum", "latency_ms_sum",
+                 *(f"lateness_b{i}" for i in range(len(LATENESS_BUCKETS_MS) + 1)),
+                 *(f"latency_b{i}" for i in range(len(LATENCY_BUCKETS_MS) + 1)))
 
 
 #: dead-letter reasons (connectors.serde.REASONS) counted as ``reason="deserialization"``; the rest are "invalid"
@@ -111,6 +124,8 @@ class TaskConfig:
     sink: str = "spark"  # "direct": the worker produces the output rows itself (connectors.producer)
     producer: tuple[tuple[str, Any], ...] = ()  # the direct producer's librdkafka settings
     batch_produce: bool = True  # direct sink: changelog rows to librdkafka in blocks (connectors.rdkafka_batch)
+    processing_guarantee: str = "at_least_once"  # "exactly_once": one transaction per task batch (service.job)
+    application_id: str = ""  # the consumer group and transactional id prefix (exactly_once)
 
     @property
     def windows(self) -> SlidingWindows:
