@@ -89,22 +89,36 @@ class TaskProducer:
         self._producer: Any = None
         self._consumer: Any = None
         self._open = False  # a transaction was begun and neither committed nor aborted
+        #: the producer lost its brokers since its last transaction: it is replaced before the next one. After a
+        #: broker restart librdkafka (2.16) re-bootstraps, and a transactional producer that lived through it
+        #: hung in send_offsets_to_transaction past its timeout (measured here); a new one works at once.
+        self._stale = False
 
     # -- clients
     def _fresh_producer(self) -> Any:
         from confluent_kafka import Producer
 
         self._drop_producer()
-        p = Producer(self._config)
+        p = Producer({**self._config, "error_cb": self._on_error})
         p.init_transactions(CALL_TIMEOUT_S)  # fences every older producer of this task, aborts its transaction
         self._producer = p
         return p
 
     def producer(self) -> Any:
-        return self._producer if self._producer is not None else self._fresh_producer()
+        if self._producer is not None:
+            self._producer.poll(0)  # serves the error callback (_on_error)
+        return self._producer if self._producer is not None and not self._stale else self._fresh_producer()
+
+    def _on_error(self, err: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE):
+            self._stale = True
+        logger.info("transactional producer %s: %s", self.tid, err)
 
     def _drop_producer(self) -> None:
         p, self._producer, self._open = self._producer, None, False
+        self._stale = False
         if p is not None:
             try:
                 p.purge()
@@ -143,11 +157,9 @@ class TaskProducer:
 
     # -- one transaction
     def begin(self) -> None:
-        p = self.producer()
         if self._open:
             self.abort()
-            p = self.producer()
-        p.begin_transaction()
+        self.producer().begin_transaction()
         self._open = True
 
     def send(self, topics: Sequence[str], keys: Sequence[bytes | None], values: Sequence[bytes | None],
@@ -175,6 +187,12 @@ class TaskProducer:
         """Add the input offset to the transaction and commit it (raises ``KafkaException`` when it fails)."""
         from confluent_kafka import TopicPartition
 
+        from confluent_kafka import KafkaError, KafkaException
+
+        self._producer.poll(0)
+        if self._stale:  # lost its brokers during this transaction: redo it with a new producer
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, f"{self.tid} lost its brokers during the "
+                                            "transaction", retriable=True))
         p = self._producer
         p.send_offsets_to_transaction([TopicPartition(self.topic, self.partition, end_offset)],
                                       self._group_consumer().consumer_group_metadata(), CALL_TIMEOUT_S)
