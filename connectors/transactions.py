@@ -82,8 +82,11 @@ class TaskProducer:
 
     Not thread-safe per instance: a task's batches run one at a time."""
 
-    def __init__(self, config: Mapping[str, Any], group: str, topic: str, partition: int) -> None:
+    def __init__(self, config: Mapping[str, Any], group: str, topic: str, partition: int,
+                 batches: bool = True) -> None:
         self.group, self.topic, self.partition = group, topic, partition
+        #: rows through librdkafka's batch call and ctypes (connectors.rdkafka_txn), unless off or not loadable
+        self._batches = batches
         self.tid = transactional_id(group, topic, partition)
         self._config = transactional_config(config, self.tid)
         self._producer: Any = None
@@ -99,15 +102,38 @@ class TaskProducer:
         from confluent_kafka import Producer
 
         self._drop_producer()
-        p = Producer({**self._config, "error_cb": self._on_error})
+        p: Any = None
+        if self._batches:
+            from connectors.rdkafka_batch import load
+
+            lib, why = load()
+            if lib is None:
+                logger.warning("transactional rows go one produce() call at a time: %s", why)
+                self._batches = False
+            else:
+                from connectors.rdkafka_txn import TransactionalBatchProducer
+
+                p = TransactionalBatchProducer({**self._config, "delivery.report.only.error": "true"})
+        if p is None:
+            p = Producer({**self._config, "error_cb": self._on_error})
         p.init_transactions(CALL_TIMEOUT_S)  # fences every older producer of this task, aborts its transaction
         self._producer = p
         return p
 
     def producer(self) -> Any:
-        if self._producer is not None:
-            self._producer.poll(0)  # serves the error callback (_on_error)
+        self._serve()
         return self._producer if self._producer is not None and not self._stale else self._fresh_producer()
+
+    def _serve(self) -> None:
+        """Serve the producer's error reports: a producer that lost its brokers is marked stale."""
+        p = self._producer
+        if p is None:
+            return
+        if self._batches:
+            p.check()
+            self._stale = self._stale or p.lost_brokers
+        else:
+            p.poll(0)  # serves the error callback (_on_error)
 
     def _on_error(self, err: Any) -> None:
         from confluent_kafka import KafkaError
@@ -121,8 +147,11 @@ class TaskProducer:
         self._stale = False
         if p is not None:
             try:
-                p.purge()
-                p.flush(0)
+                if self._batches:
+                    p.discard()
+                else:
+                    p.purge()
+                    p.flush(0)
             except Exception:  # noqa: BLE001 - a fenced producer may refuse; it is thrown away anyway
                 pass
 
@@ -166,6 +195,9 @@ class TaskProducer:
              headers: Sequence[Sequence[tuple[str, bytes]] | None]) -> None:
         """Produce rows inside the open transaction (in order)."""
         p = self._producer
+        if self._batches:
+            p.send_with_headers(topics, keys, values, headers)
+            return
         produce = p.produce
         for topic, key, value, hdrs in zip(topics, keys, values, headers):
             while True:
@@ -180,8 +212,16 @@ class TaskProducer:
 
     def send_rows(self, topic: str, keys: Sequence[bytes | None], values: Sequence[bytes | None]) -> None:
         n = len(values)
-        if n:
-            self.send([topic] * n, _rows(keys), _rows(values), [None] * n)
+        if not n:
+            return
+        if self._batches:
+            from connectors.rows import RowBlock
+
+            kblock, vblock = RowBlock.of(keys), RowBlock.of(values)
+            if kblock is not None and vblock is not None:
+                self._producer.send(topic, kblock, vblock)
+                return
+        self.send([topic] * n, _rows(keys), _rows(values), [None] * n)
 
     def commit(self, end_offset: int) -> None:
         """Add the input offset to the transaction and commit it (raises ``KafkaException`` when it fails)."""
@@ -189,13 +229,16 @@ class TaskProducer:
 
         from confluent_kafka import KafkaError, KafkaException
 
-        self._producer.poll(0)
+        self._serve()
         if self._stale:  # lost its brokers during this transaction: redo it with a new producer
             raise KafkaException(KafkaError(KafkaError._TRANSPORT, f"{self.tid} lost its brokers during the "
                                             "transaction", retriable=True))
         p = self._producer
-        p.send_offsets_to_transaction([TopicPartition(self.topic, self.partition, end_offset)],
-                                      self._group_consumer().consumer_group_metadata(), CALL_TIMEOUT_S)
+        if self._batches:
+            p.send_offsets_to_transaction(self.topic, self.partition, end_offset, self.group, CALL_TIMEOUT_S)
+        else:
+            p.send_offsets_to_transaction([TopicPartition(self.topic, self.partition, end_offset)],
+                                          self._group_consumer().consumer_group_metadata(), CALL_TIMEOUT_S)
         p.commit_transaction(CALL_TIMEOUT_S)
         self._open = False
 
@@ -247,20 +290,21 @@ def _rows(rows: Sequence[bytes | None]) -> Sequence[bytes | None]:
     return to_list() if callable(to_list) else rows
 
 
-_TASKS: dict[tuple[int, str, str, int, tuple[tuple[str, Any], ...]], TaskProducer] = {}
+_TASKS: dict[tuple[int, str, str, int, tuple[tuple[str, Any], ...], bool], TaskProducer] = {}
 _TASKS_LOCK = threading.Lock()
 MAX_TASK_PRODUCERS = 64
 
 
-def task_producer(config: Mapping[str, Any], group: str, topic: str, partition: int) -> TaskProducer:
+def task_producer(config: Mapping[str, Any], group: str, topic: str, partition: int,
+                  batches: bool = True) -> TaskProducer:
     """This worker process's transactional producer of a task (created on first use, never across a fork)."""
-    key = (os.getpid(), group, topic, partition, tuple(sorted(config.items())))
+    key = (os.getpid(), group, topic, partition, tuple(sorted(config.items())), batches)
     with _TASKS_LOCK:
         tp = _TASKS.get(key)
         if tp is None:
             while len(_TASKS) >= MAX_TASK_PRODUCERS:
                 _TASKS.pop(next(iter(_TASKS))).close()
-            tp = _TASKS[key] = TaskProducer(config, group, topic, partition)
+            tp = _TASKS[key] = TaskProducer(config, group, topic, partition, batches)
         return tp
 
 

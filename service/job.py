@@ -239,7 +239,7 @@ def run_batch_exactly_once(config: TaskConfig, state: TaskState, topic: str, par
     from connectors.transactions import ATTEMPTS, TransactionFailed, task_producer
     from service.processing import REPLAY_ZEROED
 
-    txn = task_producer(dict(config.producer), config.application_id, topic, partition)
+    txn = task_producer(dict(config.producer), config.application_id, topic, partition, config.batch_produce)
     end = int(offsets[-1]) + 1
     aborted = 0
     committed: int | None = None

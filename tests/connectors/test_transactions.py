@@ -39,23 +39,26 @@ def test_transactional_config_keeps_message_timeout_within_the_transaction_timeo
     assert "delivery.report.only.error" not in cfg
 
 
-def test_a_task_transaction_commits_rows_and_offset_and_fences_the_previous_producer(kafka_bootstrap, make_topic):
+@pytest.mark.parametrize("batches", [True, False], ids=["rdkafka-batch", "confluent-kafka"])
+def test_a_task_transaction_commits_rows_and_offset_and_fences_the_previous_producer(kafka_bootstrap, make_topic,
+                                                                                    batches):
     from confluent_kafka import KafkaException
 
     src, out = make_topic(2), make_topic(2)
     group = f"app-{time.monotonic_ns()}"
     cfg = producer_config(kafka_bootstrap)
-    first = TaskProducer(cfg, group, src, 1)
+    first = TaskProducer(cfg, group, src, 1, batches)
     assert first.committed() is None
     first.begin()
     first.send_rows(out, [b"k1", b"k2"], [b"v1", b"v2"])
-    first.send([out], [b"k3"], [b"dead"], [[("error", b"null-key")]])
+    first.send([out, out], [b"k3", None], [b"dead", None], [[("error", b"null-key")], [("error", b"null-value"),
+                                                                                      ("offset", b"7")]])
     first.commit(42)
     assert first.committed() == 42
 
     # the task moves: the new producer fences the old one; an open transaction of the new one is aborted by
     # the next producer of the task
-    second = TaskProducer(cfg, group, src, 1)
+    second = TaskProducer(cfg, group, src, 1, batches)
     assert second.committed() == 42
     first.begin()
     first.send_rows(out, [b"zombie"], [b"x"])
@@ -63,15 +66,16 @@ def test_a_task_transaction_commits_rows_and_offset_and_fences_the_previous_prod
         first.commit(50)
     second.begin()
     second.send_rows(out, [b"aborted"], [b"x"])  # never committed
-    third = TaskProducer(cfg, group, src, 1)
+    third = TaskProducer(cfg, group, src, 1, batches)
     assert third.committed() == 42
     third.begin()
     third.send_rows(out, [b"k4"], [b"v4"])
     third.commit(60)
     assert third.committed() == 60
     got = _read_committed(kafka_bootstrap, out, 2)
-    assert sorted(k for k, _v, _h in got) == [b"k1", b"k2", b"k3", b"k4"]
+    assert sorted(k for k, _v, _h in got if k is not None) == [b"k1", b"k2", b"k3", b"k4"]
     assert [h for k, _v, h in got if k == b"k3"] == [{"error": b"null-key"}]
+    assert [(v, h) for k, v, h in got if k is None] == [(None, {"error": b"null-value", "offset": b"7"})]
     for p in (first, second, third):
         p.close()
 
