@@ -29,6 +29,9 @@ PARTITIONS = 3
 EVENTS = 4000
 PER_TRIGGER = 240
 
+#: Kafka clients the test polls with, kept for the module (closed with the broker)
+_GROUP_READERS: dict[tuple[str, str], object] = {}
+
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaBroker]:
@@ -40,6 +43,9 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaBroke
         from connectors.producer import close_producers
 
         close_producers()
+        for c in _GROUP_READERS.values():
+            c.close()  # type: ignore[attr-defined]
+        _GROUP_READERS.clear()
         b.stop()
 
 
@@ -92,23 +98,27 @@ def read_committed(bootstrap: str, topic: str, idle_s: float = 4.0) -> list[tupl
 def _high_watermarks(bootstrap: str, topic: str) -> int:
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "eos-probe"})
-    try:
-        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS))
-    finally:
-        c.close()
+    c = _GROUP_READERS.get((bootstrap, ""))
+    if c is None:
+        c = _GROUP_READERS[(bootstrap, "")] = Consumer({"bootstrap.servers": bootstrap, "group.id": "eos-probe"})
+    return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]  # type: ignore[attr-defined]
+               for p in range(PARTITIONS))
 
 
 def _group_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    from confluent_kafka import Consumer, TopicPartition
+    """The group's committed offsets of ``topic`` (one reader per group, kept: this is polled every 20 ms)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                  "isolation.level": "read_committed"})
+    c = _GROUP_READERS.get((bootstrap, group))
+    if c is None:
+        c = _GROUP_READERS[(bootstrap, group)] = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+            "isolation.level": "read_committed"})
     try:
-        got = c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
-        return {tp.partition: tp.offset for tp in got if tp.offset >= 0}
-    finally:
-        c.close()
+        got = c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)  # type: ignore[attr-defined]
+    except KafkaException:  # the broker is restarting
+        return {}
+    return {tp.partition: tp.offset for tp in got if tp.offset >= 0}
 
 
 def _kill_when(svc: ServiceProcess, ck: Path, condition: Callable[[int, dict[int, int]], bool],
