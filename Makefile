@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: venv test test-unit demo clean bench broker-start broker-stop jars prometheus
+.PHONY: venv test test-unit demo clean bench broker-start broker-stop jars prometheus lint wheel
 
 # Installs the project with every extra into .venv. pip caches the pyspark wheel it builds from the
 # sdist (~/.cache/pip), so only the first install on a machine pays for it.
@@ -23,6 +23,17 @@ test: venv prometheus
 test-unit: venv
 	$(PY) -m pytest -q tests/windowstore
 
+# Static checks as configured in pyproject.toml (ruff lint + format check, mypy). Not yet part of `make test`.
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+# The installable product: dist/slidingwindow-*.whl (`pip install 'dist/slidingwindow-<v>-py3-none-any.whl[service]'`
+# gives the `slidingwindow` command; tests/test_wheel.py installs it into a fresh venv and runs it).
+wheel: venv
+	$(PIP) wheel --no-deps --no-build-isolation -w dist .
+
 bench: venv
 	$(PY) bench/windowstore_bench.py
 
@@ -37,19 +48,19 @@ clean:
 # JVM artifacts (Kafka broker classpath, Spark's Kafka connector) resolved with Maven into
 # ~/.cache/slidingwindow/jars (or $SLIDINGWINDOW_JAR_CACHE); later runs do not call Maven.
 jars: venv
-	$(PY) -m connectors.jars kafka >/dev/null
+	$(PY) -m devtools.broker_jars kafka >/dev/null
 	$(PY) -m connectors.jars spark-kafka >/dev/null
 
 # A local single-node Kafka (KRaft) in the background: BROKER_PORT (9092), data and logs in var/kafka.
 BROKER_PORT ?= 9092
 broker-start: venv
-	$(PY) -m connectors.local_broker start --port $(BROKER_PORT)
+	$(PY) -m devtools.local_broker start --port $(BROKER_PORT)
 
 broker-stop: venv
-	$(PY) -m connectors.local_broker stop
+	$(PY) -m devtools.local_broker stop
 
 # The demo: local broker + payments producer + the service + a live view, until Ctrl-C (state in var/demo;
 # DEMO_ARGS=--fresh starts over, DEMO_ARGS="--rate 500" produces faster).
 DEMO_ARGS ?=
 demo: venv jars
-	$(PY) -m service.demo $(DEMO_ARGS)
+	$(PY) -m devtools.demo $(DEMO_ARGS)

@@ -67,7 +67,7 @@ def main() -> int:
 
     logging.basicConfig(level=logging.WARNING)
     from connectors.admin import TopicSpec, ensure_topics
-    from connectors.local_broker import LocalKafkaBroker
+    from devtools.local_broker import LocalKafkaBroker
     from service.job import build_spark, start_query
     from service.runner import prepare
     from service.settings import Settings

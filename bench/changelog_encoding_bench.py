@@ -10,7 +10,7 @@ row took before ``connectors.avro_columns``, and still the fallback for columns 
 float64). Prints microseconds of CPU per row (key + value; best of ``--repeat``), the bytes per row, and
 each line's cost relative to JSON. Every line checks its bytes against the per-record encoders first.
 
-With ``--produce`` it also starts a local broker (``connectors.local_broker``) and writes each format's rows
+With ``--produce`` it also starts a local broker (``devtools.local_broker``) and writes each format's rows
 with the service's direct producer (``connectors.producer``, its default settings) both ways the service can:
 one ``produce()`` call per row (``batch_produce=false``) and a block at a time through librdkafka's batch call
 (``connectors.rdkafka_batch``, the default: each partition's rows as one call), plus the batch call with
@@ -87,7 +87,7 @@ class Sink:
         import tempfile
 
         from connectors.admin import TopicSpec, ensure_topics
-        from connectors.local_broker import LocalKafkaBroker
+        from devtools.local_broker import LocalKafkaBroker
         from connectors.producer import OutputProducer, producer_config
 
         self._dir = tempfile.TemporaryDirectory(prefix="encoding-bench-")

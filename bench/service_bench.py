@@ -385,7 +385,7 @@ def main() -> int:
     broker = None
     bootstrap = args.bootstrap_servers
     if not bootstrap:
-        from connectors.local_broker import LocalKafkaBroker
+        from devtools.local_broker import LocalKafkaBroker
 
         broker = LocalKafkaBroker(0, data_dir=work / "kafka", extra_config=_pairs(args.broker_config))
         broker.start()

@@ -4,7 +4,7 @@
         [--systems kstreams,service,builtin,plain] [--live-rate 1000] [--live-seconds 20] [--out bench/RESULTS.md]
         [--plots bench/plots]
 
-One local Kafka broker (``connectors.local_broker``) for everything. For each *cell* (order x records per window):
+One local Kafka broker (``devtools.local_broker``) for everything. For each *cell* (order x records per window):
 
 1. **backlog** - one generator writes the same ``--records`` JSON records ``{"amount": a, "sent": wall-clock ms}``
    (identical keys, values and record timestamps; one seeded generator) to one input topic *per system* (each
@@ -463,7 +463,7 @@ def main() -> int:
     import logging
 
     logging.basicConfig(level=logging.WARNING)
-    from connectors.local_broker import LocalKafkaBroker
+    from devtools.local_broker import LocalKafkaBroker
 
     if "kstreams" in systems:
         kstreams_classpath()

@@ -9,9 +9,8 @@ An Avro record's body is its fields' encodings back to back (Avro spec, "Binary 
 
 So a row is a sequence of *pieces*: a field's bytes for that row, or bytes that are the same in every row (the
 Schema Registry header, a union's branch index, a per-batch constant). :func:`encode_rows` lays out all rows'
-pieces in one byte buffer and cuts it into one ``bytes`` per row. That costs well under a microsecond per row
-where fastavro's per-record ``schemaless_writer`` takes several (``bench/changelog_encoding_bench.py``; figures in
-bench/RESULTS.md).
+pieces in one byte buffer and cuts it into one ``bytes`` per row, a fraction of what fastavro's per-record
+``schemaless_writer`` costs (``bench/changelog_encoding_bench.py``; figures in bench/RESULTS.md).
 """
 
 from __future__ import annotations

@@ -1,15 +1,13 @@
-"""Resolve the JVM artifacts the project runs (Kafka broker, Spark's Kafka connector) with Maven into a local cache.
+"""Resolve JVM artifacts with Maven into a local cache; the runtime's set is Spark's Kafka connector.
 
-Two artifact sets:
-
-``kafka``
-    ``org.apache.kafka:kafka_<kafka_scala>:<kafka>`` and its runtime dependencies, plus an SLF4J binding for the
-    log4j2 that Kafka depends on, so the broker writes its logs through log4j2. This is the classpath of
-    :mod:`connectors.local_broker`.
 ``spark-kafka``
     ``org.apache.spark:spark-sql-kafka-0-10_<scala>:<version>`` and its runtime dependencies, minus every artifact
     the installed pyspark already ships in ``pyspark/jars`` (compared by artifact id). The result is meant for
-    ``spark.jars``.
+    ``spark.jars``; the service needs it at run time (the image resolves it at build time, so the container reads
+    only the cache and never calls Maven).
+
+Other sets (the development Kafka broker, :mod:`devtools.broker_jars`) use the same machinery:
+:func:`maven_resolve` and :func:`materialize`.
 
 Versions come from :mod:`connectors.versions`. Jars are copied from Maven's local repository into
 ``$SLIDINGWINDOW_JAR_CACHE/<set name>/`` (default ``~/.cache/slidingwindow/jars/<set name>/``); a marker file
@@ -18,7 +16,7 @@ Versions come from :mod:`connectors.versions`. Jars are copied from Maven's loca
 
 CLI::
 
-    python -m connectors.jars kafka            # one jar path per line
+    python -m connectors.jars spark-kafka                       # one jar path per line
     python -m connectors.jars spark-kafka --format spark-jars   # comma-separated, for spark.jars
 """
 
@@ -46,7 +44,19 @@ logger = logging.getLogger(__name__)
 
 ENV_CACHE = "SLIDINGWINDOW_JAR_CACHE"
 DEFAULT_CACHE = Path.home() / ".cache" / "slidingwindow" / "jars"
-POM_TEMPLATE = versions.PROJECT_ROOT / "deploy" / "kafka" / "jar-resolver.pom.xml.in"
+# The pom Maven resolves a set from (nothing is built from it); @ARTIFACT_SET@ and @DEPENDENCIES@ are filled in.
+POM_TEMPLATE = """<?xml version="1.0" encoding="UTF-8"?>
+<project>
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>slidingwindow.jars</groupId>
+  <artifactId>@ARTIFACT_SET@</artifactId>
+  <version>0</version>
+  <packaging>pom</packaging>
+  <dependencies>
+@DEPENDENCIES@
+  </dependencies>
+</project>
+"""
 MARKER = "resolved.json"
 _MARKER_FORMAT = 1
 # The dependency plugin bundled with Maven 3.8 (2.8) predates dependency:list's outputAbsoluteArtifactFilename.
@@ -146,7 +156,7 @@ def maven_executable() -> str:
 
 
 def _render_pom(set_name: str, coordinates: Sequence[Coordinate]) -> str:
-    template = POM_TEMPLATE.read_text(encoding="utf-8")
+    template = POM_TEMPLATE
     deps = "\n".join(c.pom_xml() for c in coordinates)
     return template.replace("@ARTIFACT_SET@", set_name).replace("@DEPENDENCIES@", deps)
 
@@ -158,7 +168,7 @@ def parse_dependency_list(text: str) -> list[ResolvedArtifact]:
         m = _LIST_LINE_RE.match(line)
         if not m or not os.path.isabs(m.group("path")):
             continue
-        found.append(ResolvedArtifact(**m.groupdict()))  # type: ignore[arg-type]
+        found.append(ResolvedArtifact(**m.groupdict()))
     return found
 
 
@@ -224,14 +234,18 @@ def _read_marker(set_dir: Path) -> list[Path] | None:
     return jars
 
 
-def _materialize(
+def materialize(
     set_name: str,
     resolver: Callable[[], tuple[list[ResolvedArtifact], list[ResolvedArtifact], dict[str, object]]],
     *,
     cache_dir: Path | None,
     force: bool,
 ) -> list[Path]:
-    """Return the cached jars of ``set_name``; on a miss run ``resolver`` (Maven) and copy its jars into the cache."""
+    """Return the cached jars of ``set_name``; on a miss run ``resolver`` (Maven) and copy its jars into the cache.
+
+    ``resolver`` returns (artifacts to keep, artifacts left out, extra marker fields). Concurrent callers
+    (processes) wait on a lock file; the marker is written last, so a crash leaves "not cached".
+    """
     root = cache_dir if cache_dir is not None else cache_root()
     set_dir = root / set_name
     if not force:
@@ -275,41 +289,6 @@ def _materialize(
 # ----------------------------------------------------------------------------------------------- artifact sets
 
 
-def kafka_set_name() -> str:
-    v = versions.jvm_versions()
-    return f"kafka_{v.kafka_scala}-{v.kafka}"
-
-
-def _kafka_logging_companions(resolved: Sequence[ResolvedArtifact]) -> list[Coordinate]:
-    """An SLF4J 1.x -> log4j2 binding at the log4j version Kafka itself depends on (the distribution ships one)."""
-    ids = {(a.group, a.artifact): a for a in resolved}
-    log4j = "org.apache.logging.log4j"
-    if (log4j, "log4j-slf4j-impl") in ids or (log4j, "log4j-slf4j2-impl") in ids:
-        return []
-    api = ids.get((log4j, "log4j-api"))
-    slf4j = ids.get(("org.slf4j", "slf4j-api"))
-    if api is None or slf4j is None:
-        return []
-    binding = "log4j-slf4j2-impl" if slf4j.version.startswith("2.") else "log4j-slf4j-impl"
-    return [Coordinate(log4j, binding, api.version)]
-
-
-def kafka_broker_classpath(*, cache_dir: Path | None = None, force: bool = False) -> list[Path]:
-    """Jars of the Kafka broker (``kafka_<scala>:<kafka>`` + runtime deps + log4j2 SLF4J binding), cached."""
-    v = versions.jvm_versions()
-    root = Coordinate("org.apache.kafka", f"kafka_{v.kafka_scala}", v.kafka)
-    name = kafka_set_name()
-
-    def resolve() -> tuple[list[ResolvedArtifact], list[ResolvedArtifact], dict[str, object]]:
-        first = maven_resolve([root], set_name=name)
-        extra = _kafka_logging_companions(first)
-        if not extra:
-            return first, [], {"root": str(root)}
-        return maven_resolve([root, *extra], set_name=name), [], {"root": str(root), "added": list(map(str, extra))}
-
-    return _materialize(name, resolve, cache_dir=cache_dir, force=force)
-
-
 def spark_kafka_set_name() -> str:
     s = versions.spark_versions()
     connector = versions.spark_kafka_connector_version()
@@ -344,7 +323,7 @@ def spark_kafka_jars(*, cache_dir: Path | None = None, force: bool = False) -> l
     def resolve() -> tuple[list[ResolvedArtifact], list[ResolvedArtifact], dict[str, object]]:
         if connector != s.spark:
             logger.warning(
-                "resolving spark-sql-kafka-0-10 %s for pyspark %s (pinned by spark_kafka_connector in pyproject.toml)",
+                "resolving spark-sql-kafka-0-10 %s for pyspark %s (pinned in connectors/pins.py)",
                 connector,
                 s.spark,
             )
@@ -353,8 +332,7 @@ def spark_kafka_jars(*, cache_dir: Path | None = None, force: bool = False) -> l
         except JarResolutionError as e:
             raise JarResolutionError(
                 f"{e}\nIf Maven has no Kafka connector for pyspark {s.spark}, pin one that exists with "
-                "spark_kafka_connector (and, if needed, spark_kafka_token_provider) in pyproject.toml "
-                "[tool.slidingwindow.versions]."
+                "SPARK_KAFKA_CONNECTOR (and, if needed, SPARK_KAFKA_TOKEN_PROVIDER) in connectors/pins.py."
             ) from e
         shipped = sorted(p.name for p in s.jars_dir.glob("*.jar"))
         kept: list[ResolvedArtifact] = []
@@ -369,7 +347,7 @@ def spark_kafka_jars(*, cache_dir: Path | None = None, force: bool = False) -> l
                     logger.debug("%s: pyspark ships %s instead", art.file_name, twin)
         return kept, excluded, {"roots": list(map(str, roots)), "pyspark": s.spark}
 
-    return _materialize(name, resolve, cache_dir=cache_dir, force=force)
+    return materialize(name, resolve, cache_dir=cache_dir, force=force)
 
 
 def spark_jars_conf(*, cache_dir: Path | None = None) -> str:
@@ -378,14 +356,20 @@ def spark_jars_conf(*, cache_dir: Path | None = None) -> str:
 
 
 ARTIFACT_SETS: dict[str, Callable[..., list[Path]]] = {
-    "kafka": kafka_broker_classpath,
     "spark-kafka": spark_kafka_jars,
 }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m connectors.jars", description=__doc__.split("\n\n")[0])
-    parser.add_argument("set", choices=sorted(ARTIFACT_SETS), help="artifact set to resolve")
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    prog: str = "python -m connectors.jars",
+    artifact_sets: dict[str, Callable[..., list[Path]]] | None = None,
+) -> int:
+    """The CLI; ``artifact_sets`` lets a caller offer more sets than the runtime's (``devtools`` adds ``kafka``)."""
+    sets = ARTIFACT_SETS if artifact_sets is None else artifact_sets
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser.add_argument("set", choices=sorted(sets), help="artifact set to resolve")
     parser.add_argument(
         "--format",
         choices=["lines", "classpath", "spark-jars"],
@@ -402,7 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
     try:
-        jars = ARTIFACT_SETS[args.set](cache_dir=args.cache_dir, force=args.force)
+        jars = sets[args.set](cache_dir=args.cache_dir, force=args.force)
     except (JarResolutionError, versions.VersionError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

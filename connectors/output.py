@@ -365,7 +365,7 @@ def _float64(col: Any) -> np.ndarray | None:
 def _encode_rows(template: str, rows: Any) -> list[bytes]:
     """``template % row`` as UTF-8 bytes for every row; the rows' ``%s`` fields are UTF-8 bytes already.
 
-    Formats bytes directly (``bytes % row``): ~30% cheaper per row than formatting a str and encoding it."""
+    Formats bytes directly (``bytes % row``): cheaper per row than formatting a str and encoding it."""
     btemplate = template.encode("utf-8")
     return [btemplate % row for row in rows]
 

@@ -6,9 +6,9 @@ that per-row Python is a large part of the service's CPU. :class:`BatchProducer`
 librdkafka's ``rd_kafka_message_t`` with numpy, pointing into a :class:`~connectors.rows.RowBlock`'s buffer, and
 hands up to :data:`CHUNK` rows to librdkafka in one C call (which copies them: ``RD_KAFKA_MSG_F_COPY``). With
 Kafka's default partitioner the rows are put in their partitions first (:mod:`connectors.partitioner`) and each
-partition's rows are one call; otherwise librdkafka's partitioner runs per row, as for ``produce()``. Measured
-(``bench/changelog_encoding_bench.py --produce``, bench/RESULTS.md): 0.72 us of CPU per Avro row (the Python call
-and librdkafka's threads) against 1.29 for ``produce()``; 0.42 against 0.57 with the partitions put first.
+partition's rows are one call; otherwise librdkafka's partitioner runs per row, as for ``produce()``. Both cut
+the CPU per row against ``produce()`` (``bench/changelog_encoding_bench.py --produce``; figures in
+bench/RESULTS.md).
 
 It is the librdkafka that confluent-kafka ships (the same file, so the same version, see :func:`library_path`),
 in a producer instance of its own with the direct sink's settings. Delivery reports come through librdkafka's
@@ -222,8 +222,8 @@ class BatchProducer:
         partition count known, the rows are put in their partitions here, a block at a time
         (:mod:`connectors.partitioner`: the same partition for every key), and each partition's rows go to
         librdkafka in one call, in the rows' order. Otherwise librdkafka's partitioner runs per row, taking
-        each row into its partition's queue under that queue's lock, which its sending thread takes too: 0.57
-        against 0.42 us of CPU per Avro row (bench/RESULTS.md).
+        each row into its partition's queue under that queue's lock, which its sending thread takes too: more
+        CPU per row (bench/RESULTS.md).
 
         Raises :class:`BatchRefused` when librdkafka refuses a row (nothing after it is queued: not the rest of
         its partition's rows, nor the partitions after it)."""

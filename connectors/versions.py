@@ -1,50 +1,30 @@
 """Pinned JVM artifact versions and the versions of the installed pyspark.
 
-The project keeps JVM versions in exactly one place: the ``[tool.slidingwindow.versions]`` table of
-``pyproject.toml``. Spark's version is not repeated there: it is whatever pyspark is installed (pinned in the
-``service`` extra), and its Scala version is read from the jars the pyspark package ships.
-
-Keys of ``[tool.slidingwindow.versions]``:
-
-``kafka``
-    Apache Kafka broker version (``org.apache.kafka:kafka_<kafka_scala>``), also Kafka Streams for conformance tests.
-``kafka_scala``
-    Scala binary version of the Kafka broker artifact.
-``spark_kafka_connector`` (optional)
-    Version of ``org.apache.spark:spark-sql-kafka-0-10_<scala>`` to use when Maven Central has no connector release
-    for the installed pyspark version. Without it the connector version is the pyspark version.
-``spark_kafka_token_provider`` (optional)
-    Version of ``org.apache.spark:spark-token-provider-kafka-0-10_<scala>`` to use instead of the one the connector
-    depends on (for when that one is missing from Maven Central).
+JVM versions are kept in exactly one place, :mod:`connectors.pins` (a module of the installed package, so a wheel
+installed outside the repository knows them). Spark's version is not repeated there: it is whatever pyspark is
+installed (pinned in the ``service`` extra), and its Scala version is read from the jars the pyspark package ships.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
-PROJECT_ROOT: Path = Path(__file__).resolve().parent.parent
-PYPROJECT: Path = PROJECT_ROOT / "pyproject.toml"
+from connectors import pins
 
 _SCALA_LIBRARY_RE = re.compile(r"^scala-library-(\d+\.\d+)\.[\w.-]+\.jar$")
 _SPARK_CORE_RE = re.compile(r"^spark-core_(\d+\.\d+)-[\w.-]+\.jar$")
 
 
 class VersionError(RuntimeError):
-    """A version could not be determined (missing pyproject key, pyspark not installed, ...)."""
+    """A version could not be determined (pyspark not installed, no Scala jar in pyspark, ...)."""
 
 
 @dataclass(frozen=True)
 class JvmVersions:
-    """The ``[tool.slidingwindow.versions]`` table of pyproject.toml."""
+    """The pinned JVM versions (see :mod:`connectors.pins` for what each one is)."""
 
     kafka: str
     kafka_scala: str
@@ -61,27 +41,13 @@ class SparkVersions:
     jars_dir: Path
 
 
-@functools.cache
-def jvm_versions(pyproject: Path = PYPROJECT) -> JvmVersions:
-    """Read the pinned JVM versions from ``pyproject.toml``."""
-    try:
-        with open(pyproject, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError as e:
-        raise VersionError(f"{pyproject} not found (connectors.versions expects a source checkout)") from e
-    table = data.get("tool", {}).get("slidingwindow", {}).get("versions")
-    if not isinstance(table, dict):
-        raise VersionError(f"{pyproject} has no [tool.slidingwindow.versions] table")
-    missing = [k for k in ("kafka", "kafka_scala") if not isinstance(table.get(k), str)]
-    if missing:
-        raise VersionError(f"[tool.slidingwindow.versions] in {pyproject} lacks {', '.join(missing)}")
-    connector = table.get("spark_kafka_connector")
-    token_provider = table.get("spark_kafka_token_provider")
+def jvm_versions() -> JvmVersions:
+    """The pinned JVM versions (from :mod:`connectors.pins`)."""
     return JvmVersions(
-        kafka=table["kafka"],
-        kafka_scala=table["kafka_scala"],
-        spark_kafka_connector=str(connector) if connector else None,
-        spark_kafka_token_provider=str(token_provider) if token_provider else None,
+        kafka=pins.KAFKA,
+        kafka_scala=pins.KAFKA_SCALA,
+        spark_kafka_connector=pins.SPARK_KAFKA_CONNECTOR or None,
+        spark_kafka_token_provider=pins.SPARK_KAFKA_TOKEN_PROVIDER or None,
     )
 
 
@@ -109,7 +75,7 @@ def spark_versions() -> SparkVersions:
 
 
 def spark_kafka_connector_version() -> str:
-    """Version of ``spark-sql-kafka-0-10`` to resolve: the pyspark version unless pyproject overrides it."""
+    """Version of ``spark-sql-kafka-0-10`` to resolve: the pyspark version unless pinned in :mod:`connectors.pins`."""
     override = jvm_versions().spark_kafka_connector
     return override or spark_versions().spark
 

@@ -14,9 +14,9 @@ __all__ = ["main", "build_parser"]
 EXIT_USAGE = 2
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m service") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m service",
+        prog=prog,
         allow_abbrev=False,
         description="Sliding-window aggregation (Kafka Streams SlidingWindows semantics) on Spark Structured "
                     "Streaming: Kafka in, changelog out.",
@@ -42,8 +42,8 @@ def _configure_logging(level: str) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m service") -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     try:
         settings = from_args(args)

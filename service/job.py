@@ -15,9 +15,9 @@ Plan (one streaming query)::
 
 Sinks: ``direct`` (the default) produces the changelog / late / dead-letter rows from the Python worker with
 confluent-kafka and waits for every acknowledgement before the task's micro-batch completes; ``spark`` hands them to
-Spark's Kafka sink through Arrow and the JVM. Both are at-least-once. ``direct`` is the default by measurement:
-bench/service_bench.py with ``--sinks spark,direct`` gave it 1.36x the steady throughput and -39% latency p50 in the
-same run (direct/spark 0.63-1.55 over five runs, median 1.18; bench/RESULTS.md).
+Spark's Kafka sink through Arrow and the JVM. Both are at-least-once. ``direct`` is the default because it
+measured faster: no Arrow round trip and no JVM per output row (``bench/service_bench.py --sinks spark,direct``;
+figures in bench/RESULTS.md and its history).
 
 Per micro-batch and task the processor reads the task meta once, loads a key's windows from the MapState the
 first time that key is touched (lazy loader), and writes either a snapshot - the buckets of the keys whose
@@ -50,7 +50,7 @@ logger = logging.getLogger(__name__)
 #: the processor's output rows: output records (changelog | late | dlq) and one "stats" row per task and batch
 #: whose ``stats`` array holds the :data:`~service.processing.STATS_FIELDS` counters in that order. One array
 #: column rather than a column per counter: PySpark converts each output column from pandas to Arrow
-#: separately (~1.5 ms per column and frame, measured), and every task returns at least one frame per batch.
+#: separately (a fixed cost per column and frame), and every task returns at least one frame per batch.
 OUTPUT_SCHEMA = (
     "kind string, topic string, key binary, value binary, "
     "headers array<struct<key:string,value:binary>>, "
@@ -375,8 +375,8 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None):  # -> 
 #: FileContext, whose rename asks the local file system for the link status of both paths, and without Hadoop's
 #: native library that forks a ``readlink`` process each: ~13 processes per micro-batch (the offsets and commits
 #: logs, every state store's changelog, and their .crc files). This one renames with ``java.io.File.renameTo``
-#: (atomic on a local file system) after checking that the target does not exist. Measured (bench/RESULTS.md): a
-#: micro-batch of ~140 records 0.41 -> 0.29 s, and the built-in query's (same session) 0.26 -> 0.15 s.
+#: (atomic on a local file system) after checking that the target does not exist, which takes a visible share of
+#: a small micro-batch's time off (figures: bench/RESULTS.md and its history).
 LOCAL_CHECKPOINT_FILE_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
 
@@ -491,7 +491,7 @@ def checkpoint_balance_tasks(checkpoint_dir: str, balance_tasks: bool) -> bool:
 #: Spark Kafka source options the service sets (``source_options`` overrides them). ``fetch.max.wait.ms``: a task
 #: ends with a fetch in flight that the broker parks until new data or this timeout (500 ms by default), and the
 #: reused consumer cannot fetch again before that answer, so the next micro-batch's read of each partition waited
-#: up to 500 ms (bench/batch_overhead.py at 20 records/s: the source stage 456 -> 91 ms p50)
+#: up to 500 ms (bench/batch_overhead.py measures the source stage; figures in bench/RESULTS.md)
 SOURCE_DEFAULTS = {"kafka.fetch.max.wait.ms": "10"}
 
 

@@ -44,8 +44,8 @@ class BetweenTasks:
     unfreezes and runs the full collection pyspark runs every time. Everything else is the ``gc`` module's.
 
     Why: a worker holds its tasks' windows between batches (:mod:`service.processing`'s cache), tens of
-    thousands of objects per task, and a full collection walks all of them: 65-123 ms after every task with
-    the windows full, plus the collector's own full collections, which the batches' turnover of those objects
+    thousands of objects per task, and a full collection walks all of them after every task (a large share of a
+    task batch with the windows full; bench/RESULTS.md and its history), plus the collector's own full collections, which the batches' turnover of those objects
     keeps triggering. Frozen objects are skipped by every collection and still freed by reference counting
     when a batch replaces them; only a reference cycle among them would wait for the next full collection.
     The tasks make none: task batches run with the collector off leave no unreachable object, and a dropped
@@ -91,9 +91,9 @@ def keep_memory() -> list[str]:
     was set (``"numpy"``, ``"malloc"``). Call it in the daemon before the first fork.
 
     A task batch with the windows full allocates and frees tens of megabytes of arrays (the window engine's
-    matrices of all keys, the changelog's columns). On this machine's VM a page the process touches for the first
-    time costs ~2-8 us (a fault, the host backing it), so memory handed back to the system and mapped again for
-    the next batch costs more than the work done in it:
+    matrices of all keys, the changelog's columns). A page the process touches for the first time costs a page
+    fault (and, on a VM, the host backing it), so memory handed back to the system and mapped again for the next
+    batch can cost more than the work done in it:
 
     * glibc serves a block over its mmap threshold with a mapping of its own and unmaps it on ``free``; its
       threshold adapts upwards only as far as the largest block freed so far. Fixed at :data:`MMAP_THRESHOLD`,
@@ -103,8 +103,8 @@ def keep_memory() -> list[str]:
       kernel's ``defrag=madvise`` a fault there may compact memory first. ``NUMPY_MADVISE_HUGEPAGE=0`` (unless
       set already) turns that off; numpy reads it when the worker imports it.
 
-    ``bench/task_batch_bench.py`` in-process, with the windows full: 117-121 ms per task batch without, 108-115
-    with both (bench/RESULTS.md). Where ``mallopt`` is missing (not glibc) only the numpy part applies."""
+    ``bench/task_batch_bench.py --keep-memory`` measures a task batch with and without (bench/RESULTS.md). Where
+    ``mallopt`` is missing (not glibc) only the numpy part applies."""
     done: list[str] = []
     os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
     if os.environ["NUMPY_MADVISE_HUGEPAGE"] == "0":

@@ -7,7 +7,7 @@ Kafka (only started when a test asks for ``kafka_bootstrap`` or ``make_topic``; 
 
     1. ``$KAFKA_BOOTSTRAP_SERVERS`` (an existing broker; nothing is started or stopped);
     2. a testcontainers Kafka container, if a Docker engine answers a ping;
-    3. :class:`connectors.local_broker.LocalKafkaBroker` (JVM from Maven-resolved jars) on a free port, data in a
+    3. :class:`devtools.local_broker.LocalKafkaBroker` (JVM from Maven-resolved jars) on a free port, data in a
        session tmp dir.
 
     ``SLIDINGWINDOW_TEST_KAFKA=local`` or ``=docker`` skips the detection and forces one of 2/3.
@@ -61,7 +61,7 @@ def _kafka_from_testcontainers() -> Iterator[str]:
 
 
 def _kafka_from_local_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from connectors.local_broker import LocalKafkaBroker
+    from devtools.local_broker import LocalKafkaBroker
 
     broker = LocalKafkaBroker(port=0, data_dir=tmp_path_factory.mktemp("kafka"))
     broker.start()

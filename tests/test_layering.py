@@ -1,4 +1,5 @@
-"""One-way layers: service -> connectors -> windowstore, never back; windowstore stays pure Python."""
+"""One-way layers: service -> connectors -> windowstore, never back; windowstore stays pure Python; devtools and
+the slidingwindow command sit above them and are never imported by them."""
 
 from __future__ import annotations
 
@@ -9,11 +10,25 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# slidingwindow (the console command) may import every package; devtools (local broker, demo, broker jars) may
+# import the runtime packages; no runtime package imports devtools, the command package or test-only packages.
+_NOT_RUNTIME = {"devtools", "slidingwindow", "testcontainers", "docker", "pytest", "hypothesis"}
 FORBIDDEN = {
-    "windowstore": {"connectors", "service", "pyspark", "confluent_kafka", "fastavro", "prometheus_client", "pandas",
-                    "pyarrow", "testcontainers"},
-    "connectors": {"service", "prometheus_client"},
-    "service": set(),
+    "windowstore": {
+        "connectors",
+        "service",
+        "pyspark",
+        "confluent_kafka",
+        "fastavro",
+        "prometheus_client",
+        "pandas",
+        "pyarrow",
+    }
+    | _NOT_RUNTIME,
+    "connectors": {"service", "prometheus_client"} | _NOT_RUNTIME,
+    "service": set(_NOT_RUNTIME),
+    "devtools": {"slidingwindow", "testcontainers", "docker", "pytest", "hypothesis"},
+    "slidingwindow": set(),
 }
 
 

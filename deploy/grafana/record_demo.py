@@ -1,7 +1,7 @@
 """Record the dashboard picture of the README from a real run (no Docker needed).
 
-Starts a local Kafka broker (connectors.local_broker) on a free port, the demo's payments producer
-(service/demo.py: out-of-order, late and malformed events), the service with ``make demo``'s settings, and a
+Starts a local Kafka broker (devtools.local_broker) on a free port, the demo's payments producer
+(devtools/demo.py: out-of-order, late and malformed events), the service with ``make demo``'s settings, and a
 Prometheus (the distribution's package) scraping the service every 5 s with the project's alert rules; after
 ``--minutes`` (with a burst of extra producers in the middle, so lag and batch sizes move), renders every
 dashboard panel from Prometheus' API (render.py) into ``--out``. Everything runs in a temp dir and is stopped.
@@ -41,9 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     from connectors.admin import TopicSpec, ensure_topics
-    from connectors.local_broker import LocalKafkaBroker
+    from devtools.local_broker import LocalKafkaBroker
     from render import render
-    from service import demo
+    from devtools import demo
 
     tmp = Path(tempfile.mkdtemp(prefix="record-demo-"))
     broker = LocalKafkaBroker(free_port(), data_dir=tmp / "kafka")

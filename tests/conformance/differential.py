@@ -201,7 +201,7 @@ def _pinned(name: str, td: int, grace: int, emit: str, ts: list[int], *, key: st
 
 _ODD_KEYS = ["AB", "A\u0000", "A", "", "\u00e9", "~", "\U0001f600", "a", "\uffff"]
 
-#: Hand-picked cases from SEMANTICS.md (each in all three emit modes) plus cross-key ordering of emit-on-close.
+#: Hand-picked cases from docs/rules.md (each in all three emit modes) plus cross-key ordering of emit-on-close.
 PINNED_CASES: list[dict] = [
     case
     for name, td, grace, ts, ret in [

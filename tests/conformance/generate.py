@@ -6,7 +6,7 @@ A case is a plain dict (the oracle's batch format, see oracle.py)::
      "emit": "every|update|close", "input": [{"key": str|None, "value": Any|None, "ts": int}, ...], "profile": "..."}
 
 ``generate_case(seed)`` is a pure function of its arguments (``random.Random(seed)``); any integer seed works, so
-the seed space is unbounded. Each case picks a *profile* that aims at one area of SEMANTICS.md:
+the seed space is unbounded. Each case picks a *profile* that aims at one area of docs/rules.md:
 
 - ``in_order``        ascending timestamps, gaps drawn around the interesting distances (0, 1, td-1, td, td+1, 2td, ...)
 - ``out_of_order``    ascending base sequence with records pulled back in time (inside and around the grace period)

@@ -1,7 +1,7 @@
 """Kafka Streams oracle: build (Maven, cached) and run the Java program in ``tests/conformance/oracle/``.
 
 The oracle pipes records through the real ``SlidingWindows`` aggregation of Kafka Streams (TopologyTestDriver, one
-task) at the Kafka version pinned in ``pyproject.toml`` (``[tool.slidingwindow.versions] kafka``). See
+task) at the Kafka version pinned in ``connectors/pins.py`` (``KAFKA``). See
 ``oracle/src/main/java/slidingwindow/oracle/Oracle.java`` for the exact contract.
 
 Python API::
@@ -41,17 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-try:  # Python 3.11+
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    tomllib = None  # type: ignore[assignment]
-
 HERE = Path(__file__).resolve().parent
 ORACLE_DIR = HERE / "oracle"
 TARGET_DIR = ORACLE_DIR / "target"
 CLASSPATH_FILE = TARGET_DIR / "classpath.txt"
 STAMP_FILE = TARGET_DIR / "oracle-build.json"
-REPO_ROOT = HERE.parent.parent
 MAIN_CLASS = "slidingwindow.oracle.Oracle"
 
 # C1 only + serial GC: the oracle runs many short cases; C2 compilation cost more CPU than it saved (measured
@@ -68,24 +62,13 @@ class OracleError(RuntimeError):
 
 
 def kafka_version() -> str:
-    """The Kafka version the oracle runs: ``$ORACLE_KAFKA_VERSION`` or pyproject's ``[tool.slidingwindow.versions] kafka``."""
+    """The Kafka version the oracle runs: ``$ORACLE_KAFKA_VERSION`` or the pinned one (``connectors.pins.KAFKA``)."""
     env = os.environ.get("ORACLE_KAFKA_VERSION")
     if env:
         return env
-    text = (REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    if tomllib is not None:
-        return str(tomllib.loads(text)["tool"]["slidingwindow"]["versions"]["kafka"])
-    # minimal fallback parser for Python 3.10
-    section = None
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("["):
-            section = line
-        elif section == "[tool.slidingwindow.versions]" and line.startswith("kafka") and "=" in line:
-            k, v = (s.strip() for s in line.split("=", 1))
-            if k == "kafka":
-                return v.split("#")[0].strip().strip('"')
-    raise OracleUnavailable("pyproject.toml has no [tool.slidingwindow.versions] kafka")
+    from connectors.pins import KAFKA
+
+    return KAFKA
 
 
 def _which(tool: str) -> str:

@@ -55,7 +55,7 @@ def test_engine_matches_kafka_streams(emit: str, oracle_run: tuple[list[dict], l
 
 
 def test_engine_matches_kafka_streams_on_pinned_cases() -> None:
-    """SEMANTICS.md's worked examples (R15-R31) and emit-on-close key order, in every emit mode."""
+    """docs/rules.md's worked examples (R15-R31) and emit-on-close key order, in every emit mode."""
     _require_engine()
     mism = diff.differential(diff.PINNED_CASES, shrink_limit=0)
     assert not mism, diff.summarize(mism, len(diff.PINNED_CASES))

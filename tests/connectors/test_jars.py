@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from connectors import jars, versions
+from connectors import jars, pins, versions
 
 
-def test_pinned_versions_are_read_from_pyproject() -> None:
+def test_pinned_versions_come_from_the_installed_package() -> None:
     v = versions.jvm_versions()
     assert v.kafka.split(".")[0] == "4"
     assert v.kafka_scala == "2.13"
+    assert (v.kafka, v.spark_kafka_connector) == (pins.KAFKA, pins.SPARK_KAFKA_CONNECTOR)
+
+
+def test_pom_lists_the_coordinates() -> None:
+    pom = jars._render_pom("set-x", [jars.Coordinate("g", "a", "1", exclusions=(("g2", "a2"),))])
+    assert "<artifactId>set-x</artifactId>" in pom
+    assert "<groupId>g</groupId><artifactId>a</artifactId><version>1</version>" in pom
+    assert "<exclusion><groupId>g2</groupId><artifactId>a2</artifactId></exclusion>" in pom
 
 
 def test_pyspark_scala_version_comes_from_its_jars() -> None:
@@ -45,37 +51,6 @@ def test_shipped_by_pyspark_matches_artifact_id_not_prefix() -> None:
     assert jars._shipped_by_pyspark("lz4-java", shipped) == "lz4-java-1.11.0.jar"
     assert jars._shipped_by_pyspark("spark-sql", shipped) is None  # spark-sql_2.13 is another artifact
     assert jars._shipped_by_pyspark("kafka", shipped) is None
-
-
-def test_second_resolution_comes_from_cache_without_maven(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    m2 = tmp_path / "m2"
-    m2.mkdir()
-    calls: list[list[str]] = []
-
-    def fake_resolve(coordinates, *, set_name="resolve"):  # type: ignore[no-untyped-def]
-        calls.append([str(c) for c in coordinates])
-        out = []
-        for name, group, artifact, version in [
-            ("kafka_2.13-4.1.1.jar", "org.apache.kafka", "kafka_2.13", "4.1.1"),
-            ("log4j-api-2.24.3.jar", "org.apache.logging.log4j", "log4j-api", "2.24.3"),
-            ("slf4j-api-1.7.36.jar", "org.slf4j", "slf4j-api", "1.7.36"),
-        ]:
-            (m2 / name).write_bytes(b"jar")
-            out.append(jars.ResolvedArtifact(group, artifact, "jar", None, version, "runtime", str(m2 / name)))
-        return out
-
-    monkeypatch.setattr(jars, "maven_resolve", fake_resolve)
-    cache = tmp_path / "cache"
-    first = jars.kafka_broker_classpath(cache_dir=cache)
-    assert [p.name for p in first][:1] == ["kafka_2.13-4.1.1.jar"]
-    assert all(p.is_file() and p.parent.parent == cache for p in first)
-    # first pass + second pass with the log4j2 SLF4J binding added
-    assert len(calls) == 2 and any("log4j-slf4j-impl:2.24.3" in c for c in calls[1])
-    assert jars.kafka_broker_classpath(cache_dir=cache) == first
-    assert len(calls) == 2, "a cached artifact set must not run Maven again"
-    first[0].unlink()  # a damaged cache is resolved again
-    jars.kafka_broker_classpath(cache_dir=cache)
-    assert len(calls) == 4
 
 
 def test_missing_maven_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

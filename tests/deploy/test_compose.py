@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from connectors.jars import ENV_CACHE
-from service.demo import TOPIC as DEMO_TOPIC
+from devtools.demo import TOPIC as DEMO_TOPIC
 from service.settings import ENV_PREFIX, SETTINGS, Settings, load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +65,9 @@ def test_kafka_image_is_the_pinned_kafka_version():
 
 def test_kafka_log_cleaner_is_throttled_as_in_the_local_broker():
     """The compose broker shares its machine with the service like the local one: the same cleaner throttle."""
-    template = (ROOT / "deploy" / "kafka" / "server.properties.in").read_text()
+    from devtools.local_broker import SERVER_PROPERTIES_TEMPLATE
+
+    template = SERVER_PROPERTIES_TEMPLATE.read_text()
     props = dict(line.split("=", 1) for line in template.splitlines() if "=" in line and not line.startswith("#"))
     key = "log.cleaner.io.max.bytes.per.second"
     assert int(props[key]) > 0

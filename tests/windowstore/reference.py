@@ -1,4 +1,4 @@
-"""Brute-force references used by the property tests: the declarative window definition (SEMANTICS.md R3) and
+"""Brute-force references used by the property tests: the declarative window definition (docs/rules.md R3) and
 the per-record lateness classification (R8, R22), written as directly from the rules as possible."""
 
 from __future__ import annotations

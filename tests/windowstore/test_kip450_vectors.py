@@ -139,7 +139,7 @@ def test_vector(case: dict[str, Any]) -> None:
 
 
 def test_store_visibility_per_mode() -> None:
-    """The store each mode reads through (SEMANTICS.md R25)."""
+    """The store each mode reads through (docs/rules.md R25)."""
     w = SlidingWindows(10, 5)
     assert SlidingWindowProcessor(w, Count(), "every").store.visibility is Visibility.KEY_FIRST
     assert SlidingWindowProcessor(w, Count(), "update").store.visibility is Visibility.UNBOUNDED

@@ -1,4 +1,4 @@
-"""The worked examples of ../shared/SEMANTICS.md, each pinned as a test of the engine."""
+"""The worked examples of docs/rules.md, each pinned as a test of the engine."""
 
 from __future__ import annotations
 

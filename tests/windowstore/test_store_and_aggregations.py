@@ -65,7 +65,7 @@ def test_purge_slack_is_ignored_where_purging_hides_windows():
     [(Visibility.KEY_FIRST, 31), (Visibility.TIME_FIRST, 30), (Visibility.UNBOUNDED, 0)],
 )
 def test_retention_visibility_follows_the_store_time(visibility, first_visible):
-    """Store time = max start put (here 130); retention 100 (SEMANTICS R25)."""
+    """Store time = max start put (here 130); retention 100 (docs/rules.md R25)."""
     s = make_store(visibility)
     s.put("a", 130, 0, 130, 1)
     assert s.store_time == 130

@@ -1,6 +1,6 @@
 """``make demo``: a local broker, a payments producer, the service, and a live view until Ctrl-C.
 
-1. starts the local Kafka broker (``connectors.local_broker``, data in ``var/demo/kafka``) unless
+1. starts the local Kafka broker (:mod:`devtools.local_broker`, data in ``var/demo/kafka``) unless
    ``--bootstrap-servers`` points at a running one;
 2. creates the ``payments`` topic (3 partitions);
 3. produces payments per account at a steady rate, with event times that are sometimes out of order (inside the
@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -30,7 +31,6 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parent.parent
 TOPIC = "payments"
 OUT, LATE, DLQ = "payments-windows", "payments-late", "payments-dlq"
 TD_MS, GRACE_MS = 10_000, 5_000
@@ -66,8 +66,11 @@ class Producer(threading.Thread):
             self.sent["malformed"] += 1
             bad = rnd.choice([b"\xff not json", b'{"amount": "12.50"}', b'{"currency": "EUR"}'])
             return account.encode(), bad, ts
-        value = {"account": account, "amount": rnd.choice([5, 10, 20, 50, 100, 250]) + rnd.randint(0, 99),
-                 "currency": "EUR"}
+        value = {
+            "account": account,
+            "amount": rnd.choice([5, 10, 20, 50, 100, 250]) + rnd.randint(0, 99),
+            "currency": "EUR",
+        }
         return account.encode(), json.dumps(value).encode(), ts
 
     def run(self) -> None:
@@ -92,8 +95,14 @@ class OutputWatcher(threading.Thread):
         super().__init__(name="demo-watcher", daemon=True)
         from confluent_kafka import Consumer
 
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"demo-watch-{os.getpid()}",
-                                  "auto.offset.reset": "latest", "enable.auto.commit": False})
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"demo-watch-{os.getpid()}",
+                "auto.offset.reset": "latest",
+                "enable.auto.commit": False,
+            }
+        )
         self.consumer.subscribe([OUT, LATE, DLQ])
         self.counts = {OUT: 0, LATE: 0, DLQ: 0}
         self.recent: deque[dict[str, Any]] = deque(maxlen=4)
@@ -103,16 +112,16 @@ class OutputWatcher(threading.Thread):
     def run(self) -> None:
         while not self.stop_event.is_set():
             for m in self.consumer.consume(500, timeout=0.5):
-                if m.error():
+                topic, value = m.topic(), m.value()
+                if m.error() or topic is None:
                     continue
-                self.counts[m.topic()] = self.counts.get(m.topic(), 0) + 1
-                if m.topic() == OUT:
-                    try:
-                        self.recent.append(json.loads(m.value()))
-                    except ValueError:
-                        pass
-                elif m.topic() == DLQ:
-                    reason = dict(m.headers() or []).get("error", b"?").decode()
+                self.counts[topic] = self.counts.get(topic, 0) + 1
+                if topic == OUT and value is not None:
+                    with contextlib.suppress(ValueError):
+                        self.recent.append(json.loads(value))
+                elif topic == DLQ:
+                    raw = dict(m.headers() or []).get("error") or b"?"
+                    reason = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
                     self.dlq_reasons[reason] = self.dlq_reasons.get(reason, 0) + 1
         self.consumer.close()
 
@@ -133,26 +142,36 @@ def _lag(bootstrap: str, checkpoint: Path) -> int | None:
     return sum(max(0, hi - committed.get(p, 0)) for (_t, p), hi in ends.items())
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m service.demo", description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, *, prog: str = "python -m devtools.demo") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap-servers", default="", help="use this broker instead of starting one")
-    parser.add_argument("--port", type=int, default=int(os.environ.get("DEMO_KAFKA_PORT", "19092")),
-                        help="port of the demo broker (default 19092)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("DEMO_KAFKA_PORT", "19092")),
+        help="port of the demo broker (default 19092)",
+    )
     parser.add_argument("--rate", type=float, default=200.0, help="events per second (default 200)")
     parser.add_argument("--accounts", type=int, default=50)
-    parser.add_argument("--fresh", action="store_true", help="delete var/demo first (new topics and state)")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path("var") / "demo",
+        help="broker data, checkpoint and service log (default var/demo under the working directory)",
+    )
+    parser.add_argument("--fresh", action="store_true", help="delete the state dir first (new topics and state)")
     parser.add_argument("--refresh", type=float, default=3.0, help="seconds between status lines")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
 
-    var = ROOT / "var" / "demo"
+    var = args.state_dir.resolve()
     if args.fresh and var.exists():
         shutil.rmtree(var)
     var.mkdir(parents=True, exist_ok=True)
     broker = None
     bootstrap = args.bootstrap_servers
     if not bootstrap:
-        from connectors.local_broker import LocalKafkaBroker
+        from devtools.local_broker import LocalKafkaBroker
 
         print(f"starting the local Kafka broker on port {args.port} (data in {var / 'kafka'}) ...", flush=True)
         broker = LocalKafkaBroker(args.port, data_dir=var / "kafka")
@@ -171,14 +190,17 @@ def main(argv: list[str] | None = None) -> int:
            "--trigger-interval", "2s", "--checkpoint-dir", str(checkpoint), "--state-partitions", "2",
            "--metrics-port", os.environ.get("DEMO_METRICS_PORT", "9108")]  # fmt: skip
     print("starting the service:", " ".join(cmd[1:]), f"\n  (log: {log_path})", flush=True)
-    log = open(log_path, "ab")
-    service = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log = open(log_path, "ab")  # noqa: SIM115 - the service writes to it until the finally below closes it
+    service = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     producer = Producer(bootstrap, args.rate, args.accounts)
     watcher = OutputWatcher(bootstrap)
     producer.start()
     watcher.start()
-    print(f"producing ~{args.rate:.0f} payments/s for {args.accounts} accounts to '{TOPIC}'; "
-          f"windows: {TD_MS // 1000}s sliding, grace {GRACE_MS // 1000}s. Ctrl-C to stop.\n", flush=True)
+    print(
+        f"producing ~{args.rate:.0f} payments/s for {args.accounts} accounts to '{TOPIC}'; "
+        f"windows: {TD_MS // 1000}s sliding, grace {GRACE_MS // 1000}s. Ctrl-C to stop.\n",
+        flush=True,
+    )
 
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -202,14 +224,20 @@ def main(argv: list[str] | None = None) -> int:
             except Exception:
                 lag = None
             state = "starting Spark ..." if lag is None else f"lag {lag}"
-            print(f"[{now - t0:6.0f}s] events in {sent} ({rate_in:.0f}/s; {producer.sent['out_of_order']} out of "
-                  f"order, {producer.sent['late']} late, {producer.sent['malformed']} malformed) | window updates "
-                  f"out {out} ({rate_out:.0f}/s) | late topic {watcher.counts[LATE]} | dead letters "
-                  f"{watcher.counts[DLQ]} {watcher.dlq_reasons or ''} | {state}", flush=True)
+            print(
+                f"[{now - t0:6.0f}s] events in {sent} ({rate_in:.0f}/s; {producer.sent['out_of_order']} out of "
+                f"order, {producer.sent['late']} late, {producer.sent['malformed']} malformed) | window updates "
+                f"out {out} ({rate_out:.0f}/s) | late topic {watcher.counts[LATE]} | dead letters "
+                f"{watcher.counts[DLQ]} {watcher.dlq_reasons or ''} | {state}",
+                flush=True,
+            )
             for u in list(watcher.recent)[-2:]:
-                print(f"           {u['key']} [{u['window_start']}..{u['window_end']}] "
-                      f"count={u['aggregates'].get('count')} sum={u['aggregates'].get('sum_amount')} "
-                      f"max={u['aggregates'].get('max_amount')}", flush=True)
+                print(
+                    f"           {u['key']} [{u['window_start']}..{u['window_end']}] "
+                    f"count={u['aggregates'].get('count')} sum={u['aggregates'].get('sum_amount')} "
+                    f"max={u['aggregates'].get('max_amount')}",
+                    flush=True,
+                )
     finally:
         print("\nstopping ...", flush=True)
         producer.stop_event.set()
@@ -225,8 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         log.close()
         if broker is not None:
             broker.stop()
-        print("stopped (state kept in var/demo: run `make demo` again to resume, or DEMO_ARGS=--fresh).",
-              flush=True)
+        print(f"stopped (state kept in {var}: run `make demo` again to resume, or DEMO_ARGS=--fresh).", flush=True)
     return rc
 
 

@@ -1,15 +1,15 @@
 """A single-node Apache Kafka broker (KRaft, combined broker + controller) run from Maven-resolved jars.
 
-No Docker and no Kafka distribution are needed: the broker classpath comes from :mod:`connectors.jars`
-(``org.apache.kafka:kafka_<scala>:<kafka>`` at the version pinned in pyproject.toml), and the JVM runs
+No Docker and no Kafka distribution are needed: the broker classpath comes from :mod:`devtools.broker_jars`
+(``org.apache.kafka:kafka_<scala>:<kafka>`` at the version pinned in :mod:`connectors.pins`), and the JVM runs
 ``kafka.Kafka`` directly. The storage directory is formatted once with ``kafka.tools.StorageTool format``
 (what ``bin/kafka-storage.sh format`` runs).
 
-Files in the data directory (default ``<project>/var/kafka``)::
+Files in the data directory (default ``var/kafka`` under the working directory)::
 
-    server.properties   rendered from deploy/kafka/server.properties.in
+    server.properties   rendered from devtools/kafka/server.properties.in
     data/               Kafka's log.dirs (topic data and KRaft metadata log)
-    logs/server.log     log4j2 output (WARN by default, see deploy/kafka/log4j2.properties)
+    logs/server.log     log4j2 output (WARN by default, see devtools/kafka/log4j2.properties)
     logs/kafka.out      the JVM's stdout/stderr
     broker.json         pid, ports and bootstrap servers of the running broker (the pidfile)
 
@@ -20,9 +20,11 @@ Library use::
 
 CLI (used by ``make broker-start`` / ``make demo``; ``start`` leaves the broker running in the background)::
 
-    python -m connectors.local_broker start [--port 9092] [--data-dir var/kafka] [--timeout 90]
-    python -m connectors.local_broker status [--data-dir var/kafka]
-    python -m connectors.local_broker stop [--data-dir var/kafka]
+    slidingwindow broker start [--port 9092] [--data-dir var/kafka] [--timeout 90]
+    slidingwindow broker status [--data-dir var/kafka]
+    slidingwindow broker stop [--data-dir var/kafka]
+
+(``python -m devtools.local_broker ...`` is the same.)
 """
 
 from __future__ import annotations
@@ -46,18 +48,20 @@ from pathlib import Path
 from types import TracebackType
 
 from connectors import jars, versions
+from devtools import broker_jars
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9092
-DEFAULT_DATA_DIR: Path = versions.PROJECT_ROOT / "var" / "kafka"
+DEFAULT_DATA_DIR: Path = Path("var") / "kafka"  # relative: resolved against the working directory
 DEFAULT_HEAP = "512m"
 DEFAULT_START_TIMEOUT_S = 90.0
 DEFAULT_STOP_TIMEOUT_S = 30.0
-DEPLOY_DIR: Path = versions.PROJECT_ROOT / "deploy" / "kafka"
-SERVER_PROPERTIES_TEMPLATE: Path = DEPLOY_DIR / "server.properties.in"
-LOG4J2_CONFIG: Path = DEPLOY_DIR / "log4j2.properties"
+# package data (shipped in the wheel next to this module)
+CONFIG_DIR: Path = Path(__file__).resolve().parent / "kafka"
+SERVER_PROPERTIES_TEMPLATE: Path = CONFIG_DIR / "server.properties.in"
+LOG4J2_CONFIG: Path = CONFIG_DIR / "log4j2.properties"
 STATE_FILE = "broker.json"
 MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL_CLASS = "kafka.tools.StorageTool"
@@ -184,8 +188,8 @@ class LocalKafkaBroker:
         log_level: log4j2 root level of ``logs/server.log``.
         extra_config: broker properties appended to server.properties (override the template's).
         detach: if False (default) the broker is stopped when this Python process exits normally (atexit); if True
-            it keeps running (CLI ``start``) and is stopped with ``python -m connectors.local_broker stop``.
-        classpath: broker jars; default :func:`connectors.jars.kafka_broker_classpath` (Maven, cached).
+            it keeps running (CLI ``start``) and is stopped with ``slidingwindow broker stop``.
+        classpath: broker jars; default :func:`devtools.broker_jars.kafka_broker_classpath` (Maven, cached).
     """
 
     def __init__(
@@ -256,13 +260,13 @@ class LocalKafkaBroker:
         if existing is not None and _is_our_broker(existing.pid, self.data_dir):
             raise BrokerError(
                 f"a broker already runs on {self.data_dir} (pid {existing.pid}, {existing.bootstrap_servers}); "
-                "stop it first: python -m connectors.local_broker stop --data-dir " + str(self.data_dir)
+                "stop it first: slidingwindow broker stop --data-dir " + str(self.data_dir)
             )
         for p in (self.port, self.controller_port):
             if _port_open(self.host, p, timeout=0.2):
                 raise BrokerError(f"port {self.host}:{p} is already in use")
 
-        classpath = self._classpath if self._classpath is not None else jars.kafka_broker_classpath()
+        classpath = self._classpath if self._classpath is not None else broker_jars.kafka_broker_classpath()
         java = jars.java_executable()
         props = self._write_server_properties()
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -270,7 +274,7 @@ class LocalKafkaBroker:
         self._format_storage(java, cp, props)
 
         cmd = [java, *self._jvm_options(), "-cp", cp, MAIN_CLASS, str(props)]
-        out = open(self.log_dir / "kafka.out", "ab")
+        out = open(self.log_dir / "kafka.out", "ab")  # noqa: SIM115 - handed to the JVM, closed right after Popen
         t0 = time.monotonic()
         try:
             self._proc = subprocess.Popen(
@@ -453,8 +457,8 @@ def stop_broker(data_dir: str | os.PathLike[str] | None = None, timeout: float =
     return True
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m connectors.local_broker", description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m devtools.local_broker") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["start", "stop", "status", "run"],
                         help="start (detached), stop, status, or run (foreground until Ctrl-C)")  # fmt: skip
     parser.add_argument(

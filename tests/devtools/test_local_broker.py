@@ -85,7 +85,7 @@ def test_records_with_any_timestamp_are_kept(kafka_bootstrap: str, make_topic: C
     res = ConfigResource(ConfigResource.Type.BROKER, broker_id)
     configs = admin.describe_configs([res])[res].result(timeout=30)
     if configs["log.retention.ms"].value != "-1":
-        pytest.skip("broker not configured by connectors.local_broker (external or container broker)")
+        pytest.skip("broker not configured by devtools.local_broker (external or container broker)")
     topic = make_topic()
     future_ms = int(time.time() * 1000) + 3 * 86_400_000
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
@@ -103,10 +103,10 @@ def test_records_with_any_timestamp_are_kept(kafka_bootstrap: str, make_topic: C
 
 def test_cli_start_status_stop(tmp_path: Path) -> None:
     """The detached broker `make demo` uses: start returns while the broker keeps running; status; stop."""
-    from connectors.local_broker import broker_status, metadata_ready
+    from devtools.local_broker import broker_status, metadata_ready
 
     data_dir = tmp_path / "kafka"
-    cli = [sys.executable, "-m", "connectors.local_broker"]
+    cli = [sys.executable, "-m", "devtools.local_broker"]
     root = Path(__file__).resolve().parents[2]
 
     def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

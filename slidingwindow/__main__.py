@@ -1,0 +1,5 @@
+import sys
+
+from slidingwindow.cli import main
+
+sys.exit(main())
