@@ -41,8 +41,13 @@ class _Header(ctypes.Structure):
 
 
 class _U(ctypes.Union):
-    _fields_ = [("cstr", ctypes.c_char_p), ("i", ctypes.c_int), ("mem", _Mem), ("header", _Header),
-                ("_pad", ctypes.c_char * 64)]
+    _fields_ = [
+        ("cstr", ctypes.c_char_p),
+        ("i", ctypes.c_int),
+        ("mem", _Mem),
+        ("header", _Header),
+        ("_pad", ctypes.c_char * 64),
+    ]
 
 
 class _Vu(ctypes.Structure):
@@ -54,9 +59,16 @@ class _Vu(ctypes.Structure):
 class _TopicPartition(ctypes.Structure):
     """librdkafka's ``rd_kafka_topic_partition_t``."""
 
-    _fields_ = [("topic", ctypes.c_char_p), ("partition", ctypes.c_int32), ("offset", ctypes.c_int64),
-                ("metadata", ctypes.c_void_p), ("metadata_size", ctypes.c_size_t), ("opaque", ctypes.c_void_p),
-                ("err", ctypes.c_int), ("_private", ctypes.c_void_p)]
+    _fields_ = [
+        ("topic", ctypes.c_char_p),
+        ("partition", ctypes.c_int32),
+        ("offset", ctypes.c_int64),
+        ("metadata", ctypes.c_void_p),
+        ("metadata_size", ctypes.c_size_t),
+        ("opaque", ctypes.c_void_p),
+        ("err", ctypes.c_int),
+        ("_private", ctypes.c_void_p),
+    ]
 
 
 class _TxnLib:
@@ -83,8 +95,9 @@ class _TxnLib:
         self.cgmd_new = fn("rd_kafka_consumer_group_metadata_new", vp, ctypes.c_char_p)
         self.cgmd_destroy = fn("rd_kafka_consumer_group_metadata_destroy", None, vp)
         self.tpl_new = fn("rd_kafka_topic_partition_list_new", vp, i)
-        self.tpl_add = fn("rd_kafka_topic_partition_list_add", ctypes.POINTER(_TopicPartition), vp,
-                          ctypes.c_char_p, ctypes.c_int32)
+        self.tpl_add = fn(
+            "rd_kafka_topic_partition_list_add", ctypes.POINTER(_TopicPartition), vp, ctypes.c_char_p, ctypes.c_int32
+        )
         self.tpl_destroy = fn("rd_kafka_topic_partition_list_destroy", None, vp)
         self.produceva = fn("rd_kafka_produceva", vp, vp, ctypes.POINTER(_Vu), ctypes.c_size_t)
         self.event_error = fn("rd_kafka_event_error", i, vp)
@@ -102,6 +115,15 @@ def _txn_lib() -> _TxnLib:
             raise OSError("no librdkafka next to confluent-kafka or on the system")
         _TXN = _TxnLib(path)
     return _TXN
+
+
+def _mem(vu: _Vu, vtype: int, data: bytes | None, keep: list[Any]) -> None:
+    """Point ``vu`` at a copy of ``data`` (kept alive in ``keep``); ``None``: a null key or value."""
+    vu.vtype = vtype
+    if data is not None:
+        buf = ctypes.create_string_buffer(data, len(data))
+        keep.append(buf)
+        vu.u.mem.ptr, vu.u.mem.size = ctypes.addressof(buf), len(data)
 
 
 class TransactionalBatchProducer(BatchProducer):
@@ -136,9 +158,13 @@ class TransactionalBatchProducer(BatchProducer):
         try:
             code = t.error_code(err)
             text = (t.error_string(err) or b"").decode(errors="replace")
-            ke = KafkaError(code, f"{what}: {text}", fatal=bool(t.error_is_fatal(err)),
-                            retriable=bool(t.error_is_retriable(err)),
-                            txn_requires_abort=bool(t.error_txn_requires_abort(err)))
+            ke = KafkaError(
+                code,
+                f"{what}: {text}",
+                fatal=bool(t.error_is_fatal(err)),
+                retriable=bool(t.error_is_retriable(err)),
+                txn_requires_abort=bool(t.error_txn_requires_abort(err)),
+            )
         finally:
             t.error_destroy(err)
         raise KafkaException(ke)
@@ -149,8 +175,9 @@ class TransactionalBatchProducer(BatchProducer):
     def begin_transaction(self) -> None:
         self._raise(self._t.begin(self.handle), "begin_transaction")
 
-    def send_offsets_to_transaction(self, topic: str, partition: int, offset: int, group: str,
-                                    timeout_s: float) -> None:
+    def send_offsets_to_transaction(
+        self, topic: str, partition: int, offset: int, group: str, timeout_s: float
+    ) -> None:
         t = self._t
         tpl = t.tpl_new(1)
         cgmd = t.cgmd_new(group.encode())
@@ -174,27 +201,24 @@ class TransactionalBatchProducer(BatchProducer):
             self._t.purge(self.handle, 0x1 | 0x2 | 0x4)  # queue, in flight, non-blocking
             self.close()
 
-    def send_with_headers(self, topics: Sequence[str], keys: Sequence[bytes | None],
-                          values: Sequence[bytes | None],
-                          headers: Sequence[Sequence[tuple[str, bytes]] | None]) -> None:
+    def send_with_headers(
+        self,
+        topics: Sequence[str],
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        headers: Sequence[Sequence[tuple[str, bytes]] | None],
+    ) -> None:
         """Queue rows one ``rd_kafka_produceva`` call each (librdkafka copies them; its partitioner places them:
         murmur2 of the key, as the Java client's)."""
-        for topic, key, value, hdrs in zip(topics, keys, values, headers):
+        for topic, key, value, hdrs in zip(topics, keys, values, headers, strict=True):
             hdrs = list(hdrs or ())
             vus = (_Vu * (4 + len(hdrs)))()
             keep: list[Any] = []  # the buffers stay referenced until librdkafka has copied them
 
-            def mem(vu: _Vu, vtype: int, data: bytes | None) -> None:
-                vu.vtype = vtype
-                if data is not None:
-                    buf = ctypes.create_string_buffer(data, len(data))
-                    keep.append(buf)
-                    vu.u.mem.ptr, vu.u.mem.size = ctypes.addressof(buf), len(data)
-
             vus[0].vtype, vus[0].u.cstr = _VTYPE_TOPIC, topic.encode()
             vus[1].vtype, vus[1].u.i = _VTYPE_MSGFLAGS, _MSG_F_COPY
-            mem(vus[2], _VTYPE_KEY, key)
-            mem(vus[3], _VTYPE_VALUE, value)
+            _mem(vus[2], _VTYPE_KEY, key, keep)
+            _mem(vus[3], _VTYPE_VALUE, value, keep)
             for j, (name, val) in enumerate(hdrs):
                 vu = vus[4 + j]
                 buf = ctypes.create_string_buffer(bytes(val), len(val))

@@ -31,6 +31,7 @@ micro-batch to the same group, for monitoring (``kafka-consumer-groups.sh --desc
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -38,8 +39,17 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["TaskProducer", "TransactionFailed", "task_producer", "transactional_id", "drop_task_producers",
-           "transactional_config", "commit_group_offsets", "GroupCommitter", "TRANSACTION_TIMEOUT_MS"]
+__all__ = [
+    "TRANSACTION_TIMEOUT_MS",
+    "GroupCommitter",
+    "TaskProducer",
+    "TransactionFailed",
+    "commit_group_offsets",
+    "drop_task_producers",
+    "task_producer",
+    "transactional_config",
+    "transactional_id",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +92,7 @@ class TaskProducer:
 
     Not thread-safe per instance: a task's batches run one at a time."""
 
-    def __init__(self, config: Mapping[str, Any], group: str, topic: str, partition: int,
-                 batches: bool = True) -> None:
+    def __init__(self, config: Mapping[str, Any], group: str, topic: str, partition: int, batches: bool = True) -> None:
         self.group, self.topic, self.partition = group, topic, partition
         #: rows through librdkafka's batch call and ctypes (connectors.rdkafka_txn), unless off or not loadable
         self._batches = batches
@@ -152,32 +161,35 @@ class TaskProducer:
                 else:
                     p.purge()
                     p.flush(0)
-            except Exception:  # noqa: BLE001 - a fenced producer may refuse; it is thrown away anyway
+            except Exception:
                 pass
 
     def _group_consumer(self) -> Any:
         if self._consumer is None:
             from confluent_kafka import Consumer
 
-            base = {k: v for k, v in self._config.items() if k in ("bootstrap.servers",) or k.startswith(
-                ("security.", "sasl.", "ssl.", "client.", "socket."))}
-            self._consumer = Consumer({**base, "group.id": self.group, "enable.auto.commit": False,
-                                       "isolation.level": "read_committed"})
+            base = {
+                k: v
+                for k, v in self._config.items()
+                if k in ("bootstrap.servers",) or k.startswith(("security.", "sasl.", "ssl.", "client.", "socket."))
+            }
+            self._consumer = Consumer(
+                {**base, "group.id": self.group, "enable.auto.commit": False, "isolation.level": "read_committed"}
+            )
         return self._consumer
 
     def committed(self) -> int | None:
         """The group's committed offset of this task's input partition (stable: no transaction pending, as
         after :meth:`producer`'s ``init_transactions``), ``None`` when there is none."""
-        from confluent_kafka import TopicPartition
-
-        from confluent_kafka import KafkaException
+        from confluent_kafka import KafkaException, TopicPartition
 
         self.producer()  # init first: an aborted predecessor's pending offset is resolved before we look
         deadline = time.monotonic() + CALL_TIMEOUT_S
         while True:
             try:
-                [tp] = self._group_consumer().committed([TopicPartition(self.topic, self.partition)],
-                                                        timeout=CALL_TIMEOUT_S)
+                [tp] = self._group_consumer().committed(
+                    [TopicPartition(self.topic, self.partition)], timeout=CALL_TIMEOUT_S
+                )
                 return None if tp.offset < 0 else int(tp.offset)
             except KafkaException as e:  # the coordinator moves or loads (a broker restart): ask again
                 if time.monotonic() > deadline or not _transient(e):
@@ -191,15 +203,20 @@ class TaskProducer:
         self.producer().begin_transaction()
         self._open = True
 
-    def send(self, topics: Sequence[str], keys: Sequence[bytes | None], values: Sequence[bytes | None],
-             headers: Sequence[Sequence[tuple[str, bytes]] | None]) -> None:
+    def send(
+        self,
+        topics: Sequence[str],
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        headers: Sequence[Sequence[tuple[str, bytes]] | None],
+    ) -> None:
         """Produce rows inside the open transaction (in order)."""
         p = self._producer
         if self._batches:
             p.send_with_headers(topics, keys, values, headers)
             return
         produce = p.produce
-        for topic, key, value, hdrs in zip(topics, keys, values, headers):
+        for topic, key, value, hdrs in zip(topics, keys, values, headers, strict=True):
             while True:
                 try:
                     if hdrs is None:
@@ -225,20 +242,22 @@ class TaskProducer:
 
     def commit(self, end_offset: int) -> None:
         """Add the input offset to the transaction and commit it (raises ``KafkaException`` when it fails)."""
-        from confluent_kafka import TopicPartition
-
-        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
         self._serve()
         if self._stale:  # lost its brokers during this transaction: redo it with a new producer
-            raise KafkaException(KafkaError(KafkaError._TRANSPORT, f"{self.tid} lost its brokers during the "
-                                            "transaction", retriable=True))
+            raise KafkaException(
+                KafkaError(KafkaError._TRANSPORT, f"{self.tid} lost its brokers during the transaction", retriable=True)
+            )
         p = self._producer
         if self._batches:
             p.send_offsets_to_transaction(self.topic, self.partition, end_offset, self.group, CALL_TIMEOUT_S)
         else:
-            p.send_offsets_to_transaction([TopicPartition(self.topic, self.partition, end_offset)],
-                                          self._group_consumer().consumer_group_metadata(), CALL_TIMEOUT_S)
+            p.send_offsets_to_transaction(
+                [TopicPartition(self.topic, self.partition, end_offset)],
+                self._group_consumer().consumer_group_metadata(),
+                CALL_TIMEOUT_S,
+            )
         p.commit_transaction(CALL_TIMEOUT_S)
         self._open = False
 
@@ -249,7 +268,7 @@ class TaskProducer:
         try:
             self._producer.abort_transaction(CALL_TIMEOUT_S)
             self._open = False
-        except Exception:  # noqa: BLE001 - the next producer's init_transactions aborts it on the broker
+        except Exception:
             logger.info("aborting %s's transaction failed; a new producer fences it", self.tid, exc_info=True)
             self._drop_producer()
 
@@ -267,16 +286,23 @@ class TaskProducer:
     def close(self) -> None:
         self._drop_producer()
         if self._consumer is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self._consumer.close()
-            except Exception:  # noqa: BLE001
-                pass
             self._consumer = None
 
 
 #: group coordinator errors that go away by themselves (librdkafka names)
-_TRANSIENT = frozenset({"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE",
-                        "UNSTABLE_OFFSET_COMMIT", "_TIMED_OUT", "_TRANSPORT", "REQUEST_TIMED_OUT"})
+_TRANSIENT = frozenset(
+    {
+        "NOT_COORDINATOR",
+        "COORDINATOR_LOAD_IN_PROGRESS",
+        "COORDINATOR_NOT_AVAILABLE",
+        "UNSTABLE_OFFSET_COMMIT",
+        "_TIMED_OUT",
+        "_TRANSPORT",
+        "REQUEST_TIMED_OUT",
+    }
+)
 
 
 def _transient(e: Exception) -> bool:
@@ -295,8 +321,9 @@ _TASKS_LOCK = threading.Lock()
 MAX_TASK_PRODUCERS = 64
 
 
-def task_producer(config: Mapping[str, Any], group: str, topic: str, partition: int,
-                  batches: bool = True) -> TaskProducer:
+def task_producer(
+    config: Mapping[str, Any], group: str, topic: str, partition: int, batches: bool = True
+) -> TaskProducer:
     """This worker process's transactional producer of a task (created on first use, never across a fork)."""
     key = (os.getpid(), group, topic, partition, tuple(sorted(config.items())), batches)
     with _TASKS_LOCK:
@@ -322,8 +349,9 @@ def commit_group_offsets(consumer: Any, offsets: Mapping[tuple[str, int], int]) 
     from confluent_kafka import TopicPartition
 
     if offsets:
-        consumer.commit(offsets=[TopicPartition(t, p, int(o)) for (t, p), o in sorted(offsets.items())],
-                        asynchronous=False)
+        consumer.commit(
+            offsets=[TopicPartition(t, p, int(o)) for (t, p), o in sorted(offsets.items())], asynchronous=False
+        )
 
 
 class GroupCommitter:
@@ -344,17 +372,18 @@ class GroupCommitter:
                 if self._consumer is None:
                     self._consumer = Consumer(self._config)
                 commit_group_offsets(self._consumer, offsets)
-            except Exception as e:  # noqa: BLE001 - monitoring only: the broker may be briefly away
+            except Exception as e:
                 if time.monotonic() - self._warned > 60:
-                    logger.warning("cannot commit the input offsets to group %s (lag tooling is stale): %s",
-                                   self._config["group.id"], e)
+                    logger.warning(
+                        "cannot commit the input offsets to group %s (lag tooling is stale): %s",
+                        self._config["group.id"],
+                        e,
+                    )
                     self._warned = time.monotonic()
 
     def close(self) -> None:
         with self._lock:
             if self._consumer is not None:
-                try:
+                with contextlib.suppress(Exception):
                     self._consumer.close()
-                except Exception:  # noqa: BLE001
-                    pass
                 self._consumer = None

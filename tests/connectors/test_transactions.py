@@ -17,8 +17,14 @@ pytestmark = pytest.mark.integration
 def _read_committed(bootstrap: str, topic: str, partitions: int) -> list[tuple[bytes, bytes, dict]]:
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{time.monotonic_ns()}",
-                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"t-{time.monotonic_ns()}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
     try:
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         out, last = [], time.monotonic()
@@ -40,8 +46,9 @@ def test_transactional_config_keeps_message_timeout_within_the_transaction_timeo
 
 
 @pytest.mark.parametrize("batches", [True, False], ids=["rdkafka-batch", "confluent-kafka"])
-def test_a_task_transaction_commits_rows_and_offset_and_fences_the_previous_producer(kafka_bootstrap, make_topic,
-                                                                                    batches):
+def test_a_task_transaction_commits_rows_and_offset_and_fences_the_previous_producer(
+    kafka_bootstrap, make_topic, batches
+):
     from confluent_kafka import KafkaException
 
     src, out = make_topic(2), make_topic(2)
@@ -51,8 +58,12 @@ def test_a_task_transaction_commits_rows_and_offset_and_fences_the_previous_prod
     assert first.committed() is None
     first.begin()
     first.send_rows(out, [b"k1", b"k2"], [b"v1", b"v2"])
-    first.send([out, out], [b"k3", None], [b"dead", None], [[("error", b"null-key")], [("error", b"null-value"),
-                                                                                      ("offset", b"7")]])
+    first.send(
+        [out, out],
+        [b"k3", None],
+        [b"dead", None],
+        [[("error", b"null-key")], [("error", b"null-value"), ("offset", b"7")]],
+    )
     first.commit(42)
     assert first.committed() == 42
 

@@ -8,6 +8,7 @@ The broker is this module's own (it is stopped and started; the session's broker
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.local_broker import LocalKafkaBroker, find_free_port
+from devtools.local_broker import LocalKafkaBroker, find_free_port
 from tests.service.events import changelog_final, payment_events, replay
 from tests.service.harness import ServiceProcess, committed_offsets, produce, wait_until_committed
 
@@ -77,8 +78,14 @@ def read_committed(bootstrap: str, topic: str, idle_s: float = 4.0) -> list[tupl
     until nothing more arrives for ``idle_s`` (the high watermark may be a transaction marker, never delivered)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"eos-check-{time.monotonic_ns()}",
-                  "enable.auto.commit": False, "isolation.level": "read_committed"})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"eos-check-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
     try:
         c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
         out = []
@@ -101,8 +108,10 @@ def _high_watermarks(bootstrap: str, topic: str) -> int:
     c = _GROUP_READERS.get((bootstrap, ""))
     if c is None:
         c = _GROUP_READERS[(bootstrap, "")] = Consumer({"bootstrap.servers": bootstrap, "group.id": "eos-probe"})
-    return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]  # type: ignore[attr-defined]
-               for p in range(PARTITIONS))
+    return sum(
+        c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]  # type: ignore[attr-defined]
+        for p in range(PARTITIONS)
+    )
 
 
 def _group_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
@@ -111,9 +120,14 @@ def _group_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
 
     c = _GROUP_READERS.get((bootstrap, group))
     if c is None:
-        c = _GROUP_READERS[(bootstrap, group)] = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-            "isolation.level": "read_committed"})
+        c = _GROUP_READERS[(bootstrap, group)] = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
     try:
         got = c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)  # type: ignore[attr-defined]
     except KafkaException:  # the broker is restarting
@@ -121,8 +135,9 @@ def _group_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in got if tp.offset >= 0}
 
 
-def _kill_when(svc: ServiceProcess, ck: Path, condition: Callable[[int, dict[int, int]], bool],
-               timeout: float = 240) -> bool:
+def _kill_when(
+    svc: ServiceProcess, ck: Path, condition: Callable[[int, dict[int, int]], bool], timeout: float = 240
+) -> bool:
     """SIGKILL the service as soon as ``condition(last committed batch, its offsets per partition)`` holds;
     False (and a kill anyway) when it did not within ``timeout``."""
     deadline = time.monotonic() + timeout
@@ -153,8 +168,9 @@ def _output_written_mid_batch(bootstrap: str, topic: str, ck: Path) -> Callable[
     return cond
 
 
-def _run_with_chaos(broker: LocalKafkaBroker, tmp_path: Path, guarantee: str, kills: int,
-                    restart_broker: bool) -> tuple[dict[str, str], list, dict]:
+def _run_with_chaos(
+    broker: LocalKafkaBroker, tmp_path: Path, guarantee: str, kills: int, restart_broker: bool
+) -> tuple[dict[str, str], list, dict]:
     bs = broker.bootstrap_servers
     topics = _topics(bs, guarantee.replace("_", ""))
     app = f"eos-test-{guarantee}-{time.monotonic_ns()}"
@@ -178,19 +194,24 @@ def _run_with_chaos(broker: LocalKafkaBroker, tmp_path: Path, guarantee: str, ki
         if k == 0:  # mid-batch, after some of its output reached Kafka
             log["provoked"].append(("mid-batch", _kill_when(svc, ck, _output_written_mid_batch(bs, topics["out"], ck))))
         elif k == 1 and guarantee == "exactly_once":  # a transaction committed, Spark's commit not yet written
+
             def txn_ahead(_batch: int, offsets: dict[int, int]) -> bool:
                 group = _group_offsets(bs, app, topics["in"])
                 return any(o > offsets.get(p, 0) for p, o in group.items())
+
             log["provoked"].append(("txn-committed-checkpoint-not", _kill_when(svc, ck, txn_ahead, timeout=120)))
         else:  # a random moment: 0.2-2.5 s after this run's first micro-batch commit
             first = committed_offsets(ck)[0]
             delay = rnd.uniform(0.2, 2.5)
             at: list[float] = []
 
-            def random_moment(b: int, _o: dict[int, int], first: int = first, delay: float = delay) -> bool:
+            def random_moment(
+                b: int, _o: dict[int, int], first: int = first, delay: float = delay, at: list[float] = at
+            ) -> bool:
                 if b > first and not at:
                     at.append(time.monotonic())
                 return bool(at) and time.monotonic() - at[0] > delay
+
             log["provoked"].append(("random", _kill_when(svc, ck, random_moment)))
     svc = start()
     if restart_broker:
@@ -230,12 +251,21 @@ def _repeats(out: dict) -> dict[str, int]:
     updates = Counter()
     for _p, _o, _k, v, _h in out["out"]:
         u = json.loads(v)
-        updates[(u["key"], u["window_start"], u["window_end"], u["record_count"],
-                 json.dumps(u["aggregates"], sort_keys=True))] += 1
+        updates[
+            (
+                u["key"],
+                u["window_start"],
+                u["window_end"],
+                u["record_count"],
+                json.dumps(u["aggregates"], sort_keys=True),
+            )
+        ] += 1
     src = lambda rows: Counter((h["partition"], h["offset"]) for *_x, h in rows)  # noqa: E731
-    return {"changelog": sum(c - 1 for c in updates.values()),
-            "late": sum(c - 1 for c in src(out["late"]).values()),
-            "dlq": sum(c - 1 for c in src(out["dlq"]).values())}
+    return {
+        "changelog": sum(c - 1 for c in updates.values()),
+        "late": sum(c - 1 for c in src(out["late"]).values()),
+        "dlq": sum(c - 1 for c in src(out["dlq"]).values()),
+    }
 
 
 def _check_exact_values(exp, out) -> None:
@@ -245,7 +275,7 @@ def _check_exact_values(exp, out) -> None:
 
 
 def test_exactly_once_under_kills_and_a_broker_restart(broker, tmp_path):
-    topics, (exp, out), log = _run_with_chaos(broker, tmp_path, "exactly_once", kills=3, restart_broker=True)
+    _topics_used, (exp, out), log = _run_with_chaos(broker, tmp_path, "exactly_once", kills=3, restart_broker=True)
     print("chaos:", log["provoked"])
     _check_exact_values(exp, out)
     assert _repeats(out) == {"changelog": 0, "late": 0, "dlq": 0}
@@ -254,18 +284,19 @@ def test_exactly_once_under_kills_and_a_broker_restart(broker, tmp_path):
     for _p, _o, _k, v, _h in out["out"]:
         u = json.loads(v)
         counts.setdefault((u["key"], u["window_start"], u["window_end"]), []).append(u["record_count"])
-    assert all(all(a < b for a, b in zip(c, c[1:])) for c in counts.values())
+    assert all(all(a < b for a, b in itertools.pairwise(c)) for c in counts.values())
     # the input offsets are in the application's group (lag tooling), up to the end of the input
-    assert log["group"] == {p: n for p, n in log["ends"].items()}
-    assert [k for k, ok in log["provoked"] if k == "mid-batch"] and all(ok for k, ok in log["provoked"]
-                                                                       if k == "mid-batch")
+    assert log["group"] == dict(log["ends"])
+    assert [k for k, ok in log["provoked"] if k == "mid-batch"] and all(
+        ok for k, ok in log["provoked"] if k == "mid-batch"
+    )
 
 
 def test_at_least_once_repeats_output_after_a_mid_batch_kill(broker, tmp_path):
-    topics, (exp, out), log = _run_with_chaos(broker, tmp_path, "at_least_once", kills=1, restart_broker=False)
+    _topics_used, (exp, out), log = _run_with_chaos(broker, tmp_path, "at_least_once", kills=1, restart_broker=False)
     assert log["provoked"] == [("mid-batch", True)]
     _check_exact_values(exp, out)
     repeats = _repeats(out)
     assert repeats["changelog"] > 0, repeats  # the replayed batch wrote its updates again
     # at_least_once also commits the processed offsets to the group (after each batch, for monitoring)
-    assert log["group"] == {p: n for p, n in log["ends"].items()}
+    assert log["group"] == dict(log["ends"])

@@ -14,15 +14,20 @@ from service.settings import Settings, SettingsError
 def test_default_is_at_least_once_and_exactly_once_needs_the_direct_sink():
     assert Settings().processing_guarantee == "at_least_once"
     assert Settings(processing_guarantee="EXACTLY_ONCE", sink="direct").processing_guarantee == "exactly_once"
-    with pytest.raises(SettingsError, match="processing_guarantee.*sink=direct"):
+    with pytest.raises(SettingsError, match=r"processing_guarantee.*sink=direct"):
         Settings(processing_guarantee="exactly_once", sink="spark")
     with pytest.raises(SettingsError, match="processing_guarantee"):
         Settings(processing_guarantee="exactly_once_v2")
 
 
 def test_processed_offsets_are_the_sources_end_offsets():
-    progress = {"sources": [{"endOffset": json.dumps({"in": {"0": 60, "1": 40}})},
-                            {"endOffset": {"other": {"2": 7}}}, {"endOffset": None}]}
+    progress = {
+        "sources": [
+            {"endOffset": json.dumps({"in": {"0": 60, "1": 40}})},
+            {"endOffset": {"other": {"2": 7}}},
+            {"endOffset": None},
+        ]
+    }
     assert processed_offsets(json.dumps(progress)) == {("in", 0): 60, ("in", 1): 40, ("other", 2): 7}
 
 
