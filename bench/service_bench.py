@@ -249,8 +249,13 @@ def read_to_end(bootstrap, topic, chunk=5000):
         ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in md.partitions}
         c.assign([TopicPartition(topic, p, 0) for p in ends])
         pos = {p: 0 for p in ends}
-        while any(pos[p] < ends[p] for p in ends):
-            for m in c.consume(chunk, timeout=2):
+        idle = 0
+        # a transactional topic (processing_guarantee=exactly_once) ends with a commit marker, which is never
+        # delivered: the topic is complete once nothing more comes (its writer has stopped)
+        while any(pos[p] < ends[p] for p in ends) and idle < 3:
+            msgs = c.consume(chunk, timeout=2)
+            idle = 0 if msgs else idle + 1
+            for m in msgs:
                 if m.error():
                     continue
                 pos[m.partition()] = m.offset() + 1
