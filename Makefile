@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
 .PHONY: venv test test-unit demo clean bench broker-start broker-stop jars prometheus lint wheel
+.PHONY: docker-install image test-image
 
 # Installs the project with every extra into .venv. pip caches the pyspark wheel it builds from the
 # sdist (~/.cache/pip), so only the first install on a machine pays for it.
@@ -18,7 +19,8 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 test: venv prometheus
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not docker"
+	$(MAKE) test-image
 
 test-unit: venv
 	$(PY) -m pytest -q tests/windowstore
@@ -64,3 +66,29 @@ broker-stop: venv
 DEMO_ARGS ?=
 demo: venv jars
 	$(PY) -m devtools.demo $(DEMO_ARGS)
+
+# ---------------------------------------------------------------------------------------------------- the image
+# Debian's docker.io (engine + CLI) and debootstrap (a base image from Debian's packages when no registry answers);
+# root only, a no-op when both are installed.
+docker-install:
+	bash deploy/docker/engine.sh install
+
+# The service image (IMAGE, slidingwindow:latest) from deploy/Dockerfile; PYTHON_IMAGE=... picks the base.
+IMAGE ?= slidingwindow:latest
+image:
+	IMAGE=$(IMAGE) bash deploy/docker/build-image.sh
+
+# The image and compose tests (tests marked docker): needs a Docker engine. Starts dockerd when it is installed and
+# none answers (as root; host networking only) and stops what it started; says so and skips when none can be had
+# (REQUIRE_DOCKER=1 turns that into a failure).
+REQUIRE_DOCKER ?=
+test-image: venv
+	@bash deploy/docker/engine.sh install || true; \
+	bash deploy/docker/engine.sh start; started=$$?; \
+	if [ $$started != 0 ] && [ $$started != 4 ]; then \
+	  echo "test-image: SKIPPED - no Docker engine can be started here (see above); the image and compose tests did not run"; \
+	  test -z "$(REQUIRE_DOCKER)"; \
+	else \
+	  rc=0; IMAGE=$(IMAGE) bash deploy/docker/build-image.sh && SLIDINGWINDOW_IMAGE=$(IMAGE) $(PY) -m pytest -q -m docker || rc=$$?; \
+	  if [ $$started = 0 ]; then bash deploy/docker/engine.sh stop; fi; exit $$rc; \
+	fi

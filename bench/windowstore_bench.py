@@ -1,6 +1,6 @@
 """Window-engine throughput on one core: record path vs batch path, side by side in one run.
 
-    .venv/bin/python bench/windowstore_bench.py [--seconds S] [--keys K]
+    .venv/bin/python bench/windowstore_bench.py [--seconds S] [--keys K] [--against REV [--rounds N]]
 
 For 10, 100 and 1,000 records per window, in-order and 10%-out-of-order input (inside grace, so nothing is
 late), count and sum, it feeds micro-batches of ``--batch`` records to one processor in update mode and flushes
@@ -11,6 +11,10 @@ generated input is frozen out of the garbage collector's view (``gc.freeze``) wh
 harness's list, and traversing it on every full collection would charge the engine for it.
 The record path is fed tuples and flushes WindowUpdate objects; the batch path is fed numpy columns and
 flushes columns (what the service hands it and takes from it).
+With ``--against REV`` the engine of that git revision (checked out in a temporary worktree, imported beside
+this tree's under another package name) runs every cell too, alternating with this tree's, ``--rounds`` times;
+the table gives the best round of each tree, their ratio (this / REV) and the run-to-run noise (the largest
+spread between the rounds of one tree and cell, (best - worst) / best).
 In update mode a batch flushes every window it wrote, and a record lies in more windows as the overlap grows:
 ``out/rec`` is that output per input record, and ``batch out/s`` the batch path's window updates per
 CPU-second, which shows whether the cost per emitted window stays flat from 10 to 1,000 records per window.
@@ -20,16 +24,23 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import random
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import windowstore  # noqa: E402
 from windowstore import Count, SlidingWindowProcessor, SlidingWindows, Sum  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 STEP_MS = 10  # per key, one record every 10 ms on average
 
@@ -47,8 +58,10 @@ def make_stream(n: int, keys: int, per_window: int, disorder: float, seed: int =
     return td, out
 
 
-def run(path: str, agg, td: int, grace: int, records, batch: int, seconds: float) -> tuple[float, int, int]:
-    proc = SlidingWindowProcessor(SlidingWindows(td, grace), agg(), "update", batch=(path == "batch"))
+def run(path: str, agg, td: int, grace: int, records, batch: int, seconds: float,
+        engine: ModuleType = windowstore) -> tuple[float, int, int]:
+    proc = engine.SlidingWindowProcessor(engine.SlidingWindows(td, grace), getattr(engine, agg.__name__)(), "update",
+                                         batch=(path == "batch"))
     done = emitted = 0
     taken = 0
     if path == "batch":  # the service hands the batch path columns (from Arrow), not tuples
@@ -73,13 +86,29 @@ def run(path: str, agg, td: int, grace: int, records, batch: int, seconds: float
     return done / elapsed, done, emitted
 
 
+def load_engine(tree: Path, name: str) -> ModuleType:
+    """The ``windowstore`` package of another tree, imported as package ``name`` (its relative imports follow)."""
+    spec = importlib.util.spec_from_file_location(name, tree / "windowstore" / "__init__.py",
+                                                  submodule_search_locations=[str(tree / "windowstore")])
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[name] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=3.0, help="CPU-time budget per cell")
     ap.add_argument("--keys", type=int, default=100)
     ap.add_argument("--batch", type=int, default=50_000, help="records per micro-batch")
     ap.add_argument("--records", type=int, default=1_000_000, help="records generated per stream")
+    ap.add_argument("--against", metavar="REV", help="a git revision whose engine runs every cell too, side by side")
+    ap.add_argument("--rounds", type=int, default=2, help="with --against: alternating runs per tree and cell")
+    ap.add_argument("--paths", default="record,batch", help="with --against: the paths to run (record, batch)")
     args = ap.parse_args()
+    if args.against:
+        compare(args)
+        return
     print(f"python {sys.version.split()[0]}, {args.keys} keys, micro-batch {args.batch} records, update mode\n")
     header = (
         f"{'agg':5} {'order':12} {'rec/window':>10} {'record path rec/s':>18} {'batch path rec/s':>17} {'ratio':>7}"
@@ -109,6 +138,43 @@ def main() -> None:
                     f"{bat_rate / rec_rate:>6.1f}x {bat_out / bat_done:>8.2f} {bat_rate * bat_out / bat_done:>12,.0f}",
                     flush=True,
                 )
+
+
+def compare(args: argparse.Namespace) -> None:
+    """Every cell on this tree's engine and on ``--against``'s, alternating, best of ``--rounds`` each."""
+    tmp = Path(tempfile.mkdtemp(prefix="windowstore-bench-")) / "tree"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tmp), args.against], check=True,
+                   capture_output=True)
+    try:
+        engines = {"this": windowstore, "against": load_engine(tmp, "windowstore_against")}
+        print(f"python {sys.version.split()[0]}, {args.keys} keys, micro-batch {args.batch} records, update mode; "
+              f"records per CPU-second, best of {args.rounds} alternating rounds; this tree vs {args.against}\n")
+        print("| agg | order | rec/window | path | this tree rec/s | "
+              f"{args.against} rec/s | this / {args.against} | noise |")
+        print("|---|---|---:|---|---:|---:|---:|---:|")
+        for agg in (Count, Sum):
+            for disorder in (0.0, 0.1):
+                for per_window in (10, 100, 1000):
+                    td, recs = make_stream(args.records, args.keys, per_window, disorder)
+                    gc.collect()
+                    gc.freeze()
+                    for path in args.paths.split(","):
+                        rates: dict[str, list[float]] = {name: [] for name in engines}
+                        for r in range(args.rounds):
+                            order_ = list(engines) if r % 2 == 0 else list(engines)[::-1]
+                            for name in order_:
+                                rates[name].append(run(path, agg, td, td, recs, args.batch, args.seconds,
+                                                       engines[name])[0])
+                        best = {name: max(v) for name, v in rates.items()}
+                        noise = max((max(v) - min(v)) / max(v) for v in rates.values())
+                        order = "in-order" if not disorder else "10% ooo"
+                        print(f"| {agg.name} | {order} | {per_window} | {path} | {best['this']:,.0f} | "
+                              f"{best['against']:,.0f} | {best['this'] / best['against']:.2f} | {noise:.0%} |",
+                              flush=True)
+                    del recs
+                    gc.unfreeze()
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp)], check=False)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["TopicSpec", "ensure_topics", "partition_counts", "end_offsets", "AdminError"]
 
@@ -23,10 +24,20 @@ class TopicSpec:
     config: Mapping[str, str] = field(default_factory=dict)
 
 
+class _DebugLog:
+    """librdkafka's log lines (e.g. one "Connection refused" per reconnect while the broker is down) at DEBUG:
+    the caller reports a failed operation in one line of its own."""
+
+    @staticmethod
+    def log(_level: int, fmt: str, *args: object) -> None:
+        logger.debug(fmt, *args)
+
+
 def _admin(config: Mapping[str, str]):
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient(dict(config))
+    settings: dict[str, Any] = {"logger": _DebugLog(), **dict(config)}  # librdkafka also takes a logger
+    return AdminClient(settings)
 
 
 def partition_counts(config: Mapping[str, str], topics: Sequence[str], timeout: float = 30.0) -> dict[str, int]:

@@ -22,7 +22,11 @@ Late record / dead letter: the original key and value bytes, with headers (UTF-8
     late          ``reason=late``, ``topic``, ``partition``, ``offset``, ``timestamp`` (event time),
                   ``stream_time`` (the task's stream time when it was dropped)
     dead letter   ``error`` (reason code, see :mod:`connectors.serde`), ``error.message``, ``topic``,
-                  ``partition``, ``offset``, ``timestamp`` (Kafka record timestamp)
+                  ``partition``, ``offset``, ``timestamp`` (Kafka record timestamp); and the same facts under
+                  Kafka Streams' KIP-1034 names (``ExceptionHandlerUtils``), so its dead-letter tools read ours:
+                  ``__streams.errors.exception`` (an exception class name), ``__streams.errors.message``,
+                  ``__streams.errors.stacktrace`` (processing errors only), ``__streams.errors.topic``,
+                  ``__streams.errors.partition``, ``__streams.errors.offset``
 """
 
 from __future__ import annotations
@@ -51,7 +55,46 @@ __all__ = [
     "windowed_key",
     "parse_windowed_key",
     "aggregate_types",
+    "dead_letter_headers",
+    "KIP1034_HEADERS",
 ]
+
+#: Kafka Streams' dead-letter header names (KIP-1034, ``org.apache.kafka.streams.errors.internals.
+#: ExceptionHandlerUtils``): exception, message, stacktrace, topic, partition, offset
+KIP1034_HEADERS = ("__streams.errors.exception", "__streams.errors.message", "__streams.errors.stacktrace",
+                   "__streams.errors.topic", "__streams.errors.partition", "__streams.errors.offset")
+#: the exception class named in ``__streams.errors.exception`` for a record the decoder rejects: what Kafka
+#: Streams' deserialization handlers see for an undecodable record
+_DECODE_EXCEPTION = b"org.apache.kafka.common.errors.SerializationException"
+
+
+def _text(v: Any) -> bytes:
+    return str(v).encode("utf-8", "replace")
+
+
+def dead_letter_headers(reason: str, message: str, topic: str, partition: int, offset: int, timestamp: Any,
+                        exception: str = "", stacktrace: str = "") -> list[tuple[str, bytes]]:
+    """A dead letter's headers: ours (``error``, ``error.message``, ``topic``, ``partition``, ``offset``,
+    ``timestamp``; ``timestamp`` empty when the record has none), then KIP-1034's. ``exception``: the class
+    name of the exception that made it a dead letter (default: a decoding failure's); ``stacktrace``: its
+    trace, when there is one."""
+    msg = message.encode("utf-8", "replace")[:2000]
+    exc = exception.encode("utf-8", "replace") if exception else _DECODE_EXCEPTION
+    topic_b, partition_b, offset_b = _text(topic), _text(partition), _text(offset)
+    headers = [
+        ("error", reason.encode()),
+        ("error.message", msg),
+        ("topic", topic_b),
+        ("partition", partition_b),
+        ("offset", offset_b),
+        ("timestamp", _text(timestamp if timestamp is not None else "")),
+        (KIP1034_HEADERS[0], exc),
+        (KIP1034_HEADERS[1], f"{reason}: ".encode() + msg),
+    ]
+    if stacktrace:
+        headers.append((KIP1034_HEADERS[2], stacktrace.encode("utf-8", "replace")[-8000:]))
+    headers += [(KIP1034_HEADERS[3], topic_b), (KIP1034_HEADERS[4], partition_b), (KIP1034_HEADERS[5], offset_b)]
+    return headers
 
 KEY_FORMATS = ("avro", "json", "windowed", "string")
 VALUE_FORMATS = ("avro", "json")

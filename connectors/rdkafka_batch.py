@@ -191,7 +191,8 @@ class BatchProducer:
         for k, v in config.items():
             if lib.conf_set(conf, k.encode(), _conf_value(v).encode(), err, len(err)) != _CONF_OK:
                 lib.conf_destroy(conf)
-                raise ValueError(f"librdkafka rejects {k}={v}: {err.value.decode(errors='replace')}")
+                shown = "***" if "password" in k or "jaas" in k else v  # never a secret in an error
+                raise ValueError(f"librdkafka rejects {k}={shown}: {err.value.decode(errors='replace')}")
         lib.conf_set_events(conf, _EVENT_DR | _EVENT_ERROR)
         rk = lib.new(_PRODUCER, conf, err, len(err))  # takes the conf, also when it fails
         if not rk:
@@ -318,10 +319,19 @@ class BatchProducer:
                         name = lib.topic_name(m.rkt).decode(errors="replace") if m.rkt else "?"
                         self._on_failure(count, f"{name}: {lib.err2str(m.err).decode(errors='replace')}")
                 elif kind == _EVENT_ERROR:
+                    self.on_error_event(ev)
                     logger.warning("Kafka producer: %s", (lib.event_error_string(ev) or b"").decode(errors="replace"))
             finally:
                 lib.event_destroy(ev)
             ev = lib.queue_poll(self._queue, 0)
+
+    def on_error_event(self, event: int) -> None:
+        """Called with each error event (an ``rd_kafka_event_t*``) :meth:`serve` handles; a subclass's hook."""
+
+    @property
+    def handle(self) -> int:
+        """The ``rd_kafka_t*`` (for a subclass's further librdkafka calls on the same producer)."""
+        return self._rk
 
     def pending(self) -> int:
         """Rows (and events) librdkafka still holds: not yet acknowledged, or failed and not yet served."""

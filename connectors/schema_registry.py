@@ -80,14 +80,15 @@ class SchemaRegistry:
             pass
 
 
-_REGISTRIES: dict[str, SchemaRegistry] = {}
+_REGISTRIES: dict[tuple[str, tuple[tuple[str, str], ...]], SchemaRegistry] = {}
 _REGISTRIES_LOCK = threading.Lock()
 
 
-def registry_for(url: str) -> SchemaRegistry:
-    """One cached :class:`SchemaRegistry` per URL and process (Python workers reuse it across batches)."""
+def registry_for(url: str, conf: tuple[tuple[str, str], ...] = ()) -> SchemaRegistry:
+    """One cached :class:`SchemaRegistry` per URL, client settings and process (Python workers reuse it across
+    batches). ``conf``: TLS and basic-auth settings of the registry client (:mod:`connectors.security`)."""
     with _REGISTRIES_LOCK:
-        reg = _REGISTRIES.get(url)
+        reg = _REGISTRIES.get((url, conf))
         if reg is None:
-            reg = _REGISTRIES[url] = SchemaRegistry(url)
+            reg = _REGISTRIES[(url, conf)] = SchemaRegistry(url, dict(conf))
         return reg

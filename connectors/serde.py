@@ -10,11 +10,22 @@ needs a number. Anything else is *bad* and gets one reason code (the ``error`` h
 ``undecodable-value``  not UTF-8 JSON / not the Schema Registry wire format / corrupt Avro body
 ``unknown-schema``     the wire format names a schema id the registry does not know
 ``schema-mismatch``    not a JSON object / Avro record, or an aggregated field is missing or has the wrong type
+                       (a number for sum/min/max/mean/variance/stddev; a string, number, boolean or null for
+                       first/last/collect - what the changelog's Avro schema holds)
 ``null-key``           no Kafka key / the key field is missing or null
 ``undecodable-key``    the Kafka key is not UTF-8, or the key field is not a string or integer
 ``missing-timestamp``  the timestamp field is missing or null
 ``invalid-timestamp``  the event time is negative or not an integer
+``timestamp-out-of-range``  the event time is beyond 9999-12-31T23:59:59.999Z (:data:`MAX_TIMESTAMP_MS`)
+``number-out-of-range``  an integer in an aggregated field is outside int64 (``-2**63 .. 2**63-1``)
+``non-finite-number``  an aggregated field is NaN or an infinity (JSON ``NaN``, ``Infinity``, ``1e999``)
+``value-too-deep``     JSON nested deeper than the parser's stack (about 1,000 levels)
+``value-too-large``    the value is larger than :data:`MAX_VALUE_BYTES`
 =====================  =====================================================================================
+
+These last five are the values the engine cannot represent (poison records): each is dead-lettered at decode
+time with its own reason, so no later conversion (int64 event times, int64/float64 columns, the changelog's
+Avro ``long``) can raise for it. Integers inside int64 are summed exactly by the engine.
 
 Registry outages are not record problems: :class:`~connectors.schema_registry.SchemaRegistryUnavailable`
 propagates (the micro-batch fails and Spark retries it), so no good record is ever dead-lettered for it.
@@ -25,9 +36,10 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 import json
+import math
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -41,6 +53,10 @@ __all__ = [
     "InputSpec",
     "InputDecoder",
     "REASONS",
+    "MAX_TIMESTAMP_MS",
+    "MAX_VALUE_BYTES",
+    "INT64_MIN",
+    "INT64_MAX",
     "loads_json_objects",
     "NUMERIC_AGGREGATIONS",
     "aggregation_fields",
@@ -55,7 +71,20 @@ REASONS = (
     "undecodable-key",
     "missing-timestamp",
     "invalid-timestamp",
+    "timestamp-out-of-range",
+    "number-out-of-range",
+    "non-finite-number",
+    "value-too-deep",
+    "value-too-large",
 )
+
+#: the largest event time accepted: 9999-12-31T23:59:59.999Z in epoch milliseconds (what Java's Instant and
+#: Python's datetime both still print; window bounds t + d + 1 stay far inside int64)
+MAX_TIMESTAMP_MS = 253_402_300_799_999
+#: the integer range of a numeric aggregated field (int64, what the changelog's Avro ``long`` holds)
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+#: the largest value, in bytes (a broker's default message.max.bytes is about this)
+MAX_VALUE_BYTES = 1 << 20
 
 #: aggregations that need a number in their field
 NUMERIC_AGGREGATIONS = frozenset({"sum", "min", "max", "mean", "variance", "stddev"})
@@ -153,12 +182,29 @@ _ABSENT = _Absent()
 
 
 class BadRecord(ValueError):
-    """A record that cannot be aggregated: ``reason`` is one of :data:`REASONS`."""
+    """A record that cannot be aggregated: ``reason`` is one of :data:`REASONS`; ``missing_field``: the
+    aggregated field the value lacks, when that is why."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, missing_field: str = "") -> None:
         super().__init__(f"{reason}: {message}")
         self.reason = reason
         self.message = message
+        self.missing_field = missing_field
+
+
+def check_number(name: str, v: Any) -> None:
+    """Raise :class:`BadRecord` unless ``v`` (field ``name`` of a numeric aggregation) is a number the engine
+    aggregates exactly: an int within int64, a finite float or Decimal (not a bool)."""
+    if type(v) is int:
+        if not INT64_MIN <= v <= INT64_MAX:
+            raise BadRecord("number-out-of-range", f"field {name!r} = {v} is outside the int64 range "
+                                                   f"[{INT64_MIN}, {INT64_MAX}]"[:300])
+    elif isinstance(v, bool) or not isinstance(v, _NUMBER_TYPES):
+        raise BadRecord("schema-mismatch", f"field {name!r} must be a number, got {v!r}"[:300])
+    elif isinstance(v, int):  # an int subclass: the same range
+        check_number(name, int(v))
+    elif not (math.isfinite(v) if isinstance(v, float) else v.is_finite()):
+        raise BadRecord("non-finite-number", f"field {name!r} is {v!r}, which cannot be aggregated")
 
 
 def aggregation_fields(spec: str) -> tuple[tuple[str, bool], ...]:
@@ -182,6 +228,7 @@ class InputSpec:
     timestamp_field: str = ""  # "" -> Kafka record timestamp
     fields: tuple[tuple[str, bool], ...] = ()  # (field, numeric) the aggregations read
     schema_registry_url: str = ""
+    schema_registry_conf: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # TLS / basic auth
 
     @classmethod
     def from_settings(cls, settings: Any) -> "InputSpec":
@@ -191,6 +238,7 @@ class InputSpec:
             timestamp_field=settings.timestamp_field,
             fields=aggregation_fields(settings.aggregations),
             schema_registry_url=settings.schema_registry_url,
+            schema_registry_conf=tuple(getattr(settings, "schema_registry_config", tuple)()),
         )
 
 
@@ -204,9 +252,11 @@ class InputDecoder:
         if spec.format == "avro" and registry is None:
             if not spec.schema_registry_url:
                 raise ValueError("avro input needs a schema registry URL")
-            registry = registry_for(spec.schema_registry_url)
+            registry = registry_for(spec.schema_registry_url, spec.schema_registry_conf)
         self._registry = registry
         self._value = self._json_value if spec.format == "json" else self._avro_value
+        #: per aggregated field, how many records of the last decoded batch lacked it (a likely typo when most do)
+        self.missing_fields: dict[str, int] = {}
 
     # ---------------------------------------------------------------------------------------------------- value
     @staticmethod
@@ -216,7 +266,7 @@ class InputDecoder:
         except (ValueError, TypeError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise BadRecord("undecodable-value", f"not UTF-8 JSON: {e}") from None
         except RecursionError:
-            raise BadRecord("undecodable-value", "JSON nested too deeply") from None
+            raise BadRecord("value-too-deep", "JSON nested deeper than the parser's limit") from None
 
     def _avro_value(self, data: bytes) -> Any:
         try:
@@ -238,6 +288,7 @@ class InputDecoder:
         """``(key, value, event_time_ms)`` of one Kafka record; raises :class:`BadRecord`."""
         if value is None:
             raise BadRecord("null-value", "the record value is null")
+        _check_size(value)
         return self._checked(key, self._value(value), timestamp_ms)
 
     def _checked(self, key: bytes | None, obj: Any, timestamp_ms: int | None) -> tuple[str, Any, int]:
@@ -285,15 +336,20 @@ class InputDecoder:
             t = int(t)
         if t < 0:
             raise BadRecord("invalid-timestamp", f"event time {t} is negative")
+        if t > MAX_TIMESTAMP_MS:
+            raise BadRecord("timestamp-out-of-range", f"event time {t} ms is beyond 9999-12-31T23:59:59.999Z "
+                                                      f"({MAX_TIMESTAMP_MS})"[:300])
 
         # fields the aggregations read
         for name, numeric in spec.fields:
             if name not in obj:
-                raise BadRecord("schema-mismatch", f"field {name!r} is missing")
-            if numeric:
-                v = obj[name]
-                if isinstance(v, bool) or not isinstance(v, _NUMBER_TYPES):
-                    raise BadRecord("schema-mismatch", f"field {name!r} must be a number, got {v!r}"[:300])
+                raise BadRecord("schema-mismatch", f"field {name!r} is missing", missing_field=name)
+            v = obj[name]
+            if numeric or type(v) in (int, float):
+                check_number(name, v)
+            elif not (v is None or isinstance(v, (str, bool, int, float, decimal.Decimal))):
+                raise BadRecord("schema-mismatch", f"field {name!r} must be a string, number, boolean or null, "
+                                                   f"got {type(v).__name__}")
         return k, obj, t
 
     def decode_batch(
@@ -321,14 +377,22 @@ class InputDecoder:
         """:meth:`decode_batch` given the :meth:`_parsed` values."""
         good: list[tuple[int, str, Any, int]] = []
         bad: list[tuple[int, str, str]] = []
+        missing: dict[str, int] = {}
         decode, checked = self.decode, self._checked
         for i, (k, v, t, obj) in enumerate(zip(keys, values, timestamps, parsed)):
             try:
-                kk, vv, tt = decode(k, v, t) if obj is None else checked(k, obj, t)
+                if obj is None:
+                    kk, vv, tt = decode(k, v, t)
+                else:
+                    _check_size(v)
+                    kk, vv, tt = checked(k, obj, t)
             except BadRecord as e:
                 bad.append((i, e.reason, e.message))
+                if e.missing_field:
+                    missing[e.missing_field] = missing.get(e.missing_field, 0) + 1
             else:
                 good.append((i, kk, vv, tt))
+        self.missing_fields = missing
         return good, bad
 
     def decode_columns(
@@ -345,8 +409,10 @@ class InputDecoder:
         aggregated field's types as one set. Any batch with a bad record, and every Avro batch, takes
         :meth:`decode_batch` (record by record, with each bad record's reason)."""
         parsed = self._parsed(values)  # once: a batch the column check leaves goes on with the same objects
-        good = self._all_good_json(keys, timestamps, parsed, fields) if self.spec.format == "json" else None
+        good = self._all_good_json(keys, timestamps, parsed, fields) \
+            if self.spec.format == "json" and _sizes_ok(values) else None
         if good is not None:
+            self.missing_fields = {}
             return good, []
         records, bad = self._decode_records(keys, values, timestamps, parsed)
         return Decoded.of(records, fields), bad
@@ -382,7 +448,7 @@ class InputDecoder:
             ts = _int64_or_none(stamps)
         else:
             ts = _int64_or_none(timestamps)
-        if ts is None or int(ts.min()) < 0:
+        if ts is None or int(ts.min()) < 0 or int(ts.max()) > MAX_TIMESTAMP_MS:
             return None
         cols: dict[str, list[Any]] = {}
         for name, numeric in spec.fields:
@@ -390,9 +456,59 @@ class InputDecoder:
             kinds = set(map(type, col))
             if _Absent in kinds or (numeric and not kinds <= {int, float}):  # bool is neither (JSON: no Decimal)
                 return None
+            if numeric and not _exact_numbers(col, kinds):
+                return None
+            if not numeric:
+                if not kinds <= _SCALARS:
+                    return None  # objects, arrays: the record path dead-letters them
+                nums = kinds & {int, float}
+                if nums and not _exact_numbers([v for v in col if type(v) in nums], nums):
+                    return None
             cols[name] = col
         return Decoded(list(range(n)), ks, objs, ts,
                        {f: cols[f] if f in cols else list(map(operator.itemgetter(f), objs)) for f in fields})
+
+
+#: the JSON value types first/last/collect keep (what the changelog's Avro schema holds)
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _exact_numbers(col: list[Any], kinds: set[type]) -> bool:
+    """Whether every number of ``col`` (ints and floats only) is finite and, if an int, within int64: the
+    column fast path's :func:`check_number`. A column with floats is converted to float64 once: when all its
+    values are within +-2**62 there (NaN compares false), every int is within int64; otherwise Python's min/max
+    decide exactly (they compare ints and floats without rounding). ``False`` sends the batch to the record path,
+    which decides per record."""
+    if not col:
+        return True
+    if float in kinds:
+        try:
+            arr = np.array(col, dtype=np.float64)
+        except OverflowError:  # an int too large for a float
+            return False
+        if -_HALF_INT64 < arr.min() and arr.max() < _HALF_INT64:
+            return True
+        if not np.isfinite(arr).all():
+            return False
+    return min(col) >= INT64_MIN and max(col) <= INT64_MAX
+
+
+#: 2**62 as a float: a float64 column within +-this holds no int outside int64, whatever the rounding
+_HALF_INT64 = float(1 << 62)
+
+
+def _sizes_ok(values: Sequence[Any]) -> bool:
+    """Whether no value is over :data:`MAX_VALUE_BYTES` (``False`` also when one is not bytes, e.g. None)."""
+    try:
+        return not values or max(map(len, values)) <= MAX_VALUE_BYTES
+    except TypeError:
+        return False
+
+
+def _check_size(value: Any) -> None:
+    """Raise :class:`BadRecord` ``value-too-large`` for a value over :data:`MAX_VALUE_BYTES`."""
+    if value is not None and len(value) > MAX_VALUE_BYTES:
+        raise BadRecord("value-too-large", f"the value is {len(value)} bytes, more than {MAX_VALUE_BYTES}")
 
 
 def _utf8_texts(keys: Sequence[Any]) -> list[str] | None:

@@ -46,6 +46,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from connectors import jars, versions
 from devtools import broker_jars
@@ -159,12 +160,17 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
-def metadata_ready(bootstrap_servers: str, timeout: float = 5.0) -> bool:
-    """True if a metadata request through confluent_kafka's AdminClient succeeds and lists at least one broker."""
+def metadata_ready(
+    bootstrap_servers: str, timeout: float = 5.0, client_config: Mapping[str, str] | None = None
+) -> bool:
+    """True if a metadata request through confluent_kafka's AdminClient succeeds and lists at least one broker.
+    ``client_config``: extra librdkafka settings (a secured listener's credentials)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "socket.connection.setup.timeout.ms": 2000})
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap_servers, "socket.connection.setup.timeout.ms": 2000, **(client_config or {})}
+    )
     try:
         md = admin.list_topics(timeout=timeout)
         return bool(md.brokers)
@@ -190,6 +196,8 @@ class LocalKafkaBroker:
         detach: if False (default) the broker is stopped when this Python process exits normally (atexit); if True
             it keeps running (CLI ``start``) and is stopped with ``slidingwindow broker stop``.
         classpath: broker jars; default :func:`devtools.broker_jars.kafka_broker_classpath` (Maven, cached).
+        format_args: extra arguments of the storage format (e.g. ``--add-scram`` users, devtools.secure_broker).
+        client_config: librdkafka settings the readiness check connects with (a secured listener's credentials).
     """
 
     def __init__(
@@ -204,6 +212,8 @@ class LocalKafkaBroker:
         extra_config: Mapping[str, str] | None = None,
         detach: bool = False,
         classpath: Sequence[Path] | None = None,
+        format_args: Sequence[str] = (),
+        client_config: Mapping[str, str] | None = None,
     ) -> None:
         self.host = host
         self.port = port or find_free_port(host)
@@ -216,6 +226,8 @@ class LocalKafkaBroker:
         self.extra_config = dict(extra_config or {})
         self.detach = detach
         self._classpath = list(classpath) if classpath is not None else None
+        self.format_args = list(format_args)
+        self.client_config = dict(client_config or {})
         self._proc: subprocess.Popen[bytes] | None = None
         self.startup_seconds: float | None = None
         """Seconds from launching the JVM until the first successful metadata request (set by :meth:`start`)."""
@@ -375,7 +387,7 @@ class LocalKafkaBroker:
             java, "-Xmx256m", "-XX:TieredStopAtLevel=1", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
             f"-Dkafka.logs.dir={self.log_dir}", "-cp", cp,
             STORAGE_TOOL_CLASS, "format", "--cluster-id", new_cluster_id(), "--config", str(props),
-            "--ignore-formatted",
+            "--ignore-formatted", *self.format_args,
         ]  # fmt: skip
         t0 = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=self.data_dir)
@@ -399,7 +411,7 @@ class LocalKafkaBroker:
                 )
             # Wait for the listener socket first: AdminClient logs an error per refused connection.
             if _port_open(self.host, self.port, timeout=0.5) and metadata_ready(
-                self.bootstrap_servers, timeout=min(5.0, max(0.5, remaining))
+                self.bootstrap_servers, timeout=min(5.0, max(0.5, remaining)), client_config=self.client_config
             ):
                 return
             time.sleep(0.2)
@@ -470,6 +482,20 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m devtools.l
     parser.add_argument("--timeout", type=float, default=DEFAULT_START_TIMEOUT_S, help="start/stop timeout, seconds")
     parser.add_argument("--log-level", default="WARN", help="log4j2 level of <data-dir>/logs/server.log")
     parser.add_argument("-q", "--quiet", action="store_true")
+    parser.add_argument(
+        "--sasl-ssl",
+        action="store_true",
+        help="the client listener is SASL_SSL (SCRAM-SHA-512) with ACLs enforced; a CA, the broker "
+        "and a client certificate are made in <data-dir>/tls, the users' passwords are in "
+        "<data-dir>/tls/*.password (devtools.secure_broker)",
+    )
+    parser.add_argument(
+        "--sasl-user",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with --sasl-ssl: a SCRAM user besides 'admin' (repeatable; default: slidingwindow)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
 
@@ -478,7 +504,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m devtools.l
         if state is None:
             print(f"not running (data dir {Path(args.data_dir).resolve()})")
             return 1
-        ok = metadata_ready(state.bootstrap_servers, timeout=5.0)
+        from devtools.secure_broker import dev_admin_config  # a --sasl-ssl broker: ask as its admin
+
+        ok = metadata_ready(state.bootstrap_servers, timeout=5.0, client_config=dev_admin_config(Path(state.data_dir)))
         print(f"{'running' if ok else 'not answering'}: pid {state.pid}, bootstrap {state.bootstrap_servers}, "
               f"Kafka {state.kafka_version}, data {state.data_dir}")  # fmt: skip
         return 0 if ok else 1
@@ -491,14 +519,20 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m devtools.l
     if running is not None:
         print(f"already running: pid {running.pid}, bootstrap {running.bootstrap_servers}")
         return 0 if args.command == "start" else 1
-    broker = LocalKafkaBroker(
-        args.port or None,
-        controller_port=args.controller_port,
-        data_dir=args.data_dir,
-        host=args.host,
-        log_level=args.log_level,
-        detach=args.command == "start",
-    )
+    common: dict[str, Any] = {
+        "controller_port": args.controller_port,
+        "host": args.host,
+        "log_level": args.log_level,
+        "detach": args.command == "start",
+    }
+    if args.sasl_ssl:
+        from devtools.secure_broker import dev_sasl_ssl_broker
+
+        broker = dev_sasl_ssl_broker(
+            Path(args.data_dir), args.port or None, args.sasl_user or ["slidingwindow"], **common
+        )
+    else:
+        broker = LocalKafkaBroker(args.port or None, data_dir=args.data_dir, **common)
     try:
         broker.start(timeout=args.timeout)
     except (BrokerError, jars.JarResolutionError) as e:
@@ -506,6 +540,12 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m devtools.l
         return 2
     print(f"Kafka {broker._kafka_version()} running: pid {broker.pid}, bootstrap {broker.bootstrap_servers}, "
           f"ready in {broker.startup_seconds:.1f}s, logs {broker.log_file}")  # fmt: skip
+    if args.sasl_ssl:
+        tls = Path(args.data_dir).resolve() / "tls"
+        print(
+            f"SASL_SSL, SCRAM-SHA-512, ACLs enforced (super user admin): CA {tls / 'ca.pem'}, passwords "
+            f"{tls}/<user>.password, client certificate {tls / 'client.pem'} + {tls / 'client.key'}"
+        )
     if args.command == "start":
         return 0
     # `run`: stop the broker on Ctrl-C and on SIGTERM (a service manager, `kill`).

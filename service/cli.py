@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from service.settings import SettingsError, add_arguments, from_args
+from service.settings import SettingsError, add_arguments, from_args, join_negative_values
 
 __all__ = ["main", "build_parser"]
 
@@ -44,7 +44,7 @@ def _configure_logging(level: str) -> None:
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "python -m service") -> int:
     parser = build_parser(prog)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(join_negative_values(sys.argv[1:] if argv is None else argv))
     try:
         settings = from_args(args)
     except SettingsError as e:
@@ -59,6 +59,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m service") 
 
     try:
         return run(settings)
+    except SettingsError as e:  # found at start (e.g. the metrics port is in use)
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except ServiceError as e:
         logging.getLogger("service").error("%s", e)
         return 1

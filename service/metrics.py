@@ -25,6 +25,8 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from connectors.serde import REASONS as SERDE_REASONS
+
 __all__ = ["REGISTRY", "METRICS", "record_progress", "record_idle", "serve", "set_build_info", "set_config_info",
            "LagPoller", "BulkHistogram", "LATENESS_BUCKETS_MS", "LATENCY_BUCKETS_MS", "PREFIX"]
 
@@ -39,8 +41,17 @@ LATENESS_BUCKETS_MS: tuple[int, ...] = (0, 10, 100, 500, 1_000, 5_000, 30_000, 6
 LATENCY_BUCKETS_MS: tuple[int, ...] = (50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000,
                                        3_600_000)
 
-#: dropped-record reasons (label values of records_dropped_total)
-DROP_REASONS = ("late", "deserialization", "invalid")
+#: dead-letter reasons: the decoder's (:data:`connectors.serde.REASONS`) and a record whose processing raised
+#: (processing_exception_handler=continue)
+DEAD_LETTER_REASONS: tuple[str, ...] = (*SERDE_REASONS, "processing-error")
+#: dropped-record reasons (label values of records_dropped_total): late, or the dead letter's ``error`` header
+DROP_REASONS = ("late", *DEAD_LETTER_REASONS)
+
+
+def dead_letter_stat(reason: str) -> str:
+    """The :data:`service.processing.STATS_FIELDS` counter of a dead-letter reason (``null-value`` ->
+    ``dead_null_value``)."""
+    return "dead_" + reason.replace("-", "_")
 
 
 class BulkHistogram(Collector):
@@ -90,7 +101,9 @@ config_info = Gauge(P + "config_info", "The running configuration (always 1): em
 records_consumed = Counter(P + "records_consumed_total", "Input records read from Kafka", registry=REGISTRY)
 records_aggregated = Counter(P + "records_aggregated_total", "Input records accepted into windows", registry=REGISTRY)
 records_dropped = Counter(P + "records_dropped_total",
-                          "Input records not aggregated, by reason (late; dead-lettered: deserialization, invalid)",
+                          "Input records not aggregated, by reason: late, or dead-lettered with the reason of its "
+                          "error header (undecodable-value, schema-mismatch, number-out-of-range, ..., "
+                          "processing-error)",
                           ["reason"], registry=REGISTRY)
 records_dead_lettered = Counter(P + "records_dead_lettered_total", "Input records written to the dead-letter topic",
                                 registry=REGISTRY)
@@ -113,8 +126,13 @@ batches = Counter(P + "micro_batches_total", "Micro-batches completed (with or w
 last_progress = Gauge(P + "last_progress_timestamp_seconds", "Wall time of the last query progress or idle "
                       "event (epoch s; 0: none yet)",
                       registry=REGISTRY)
-stream_time = Gauge(P + "stream_time_seconds", "Largest task stream time (event time, epoch seconds)",
-                    registry=REGISTRY)
+stream_time = Gauge(P + "stream_time_seconds", "Largest stream time of all tasks this process has seen (event "
+                    "time, epoch seconds; never decreases)", registry=REGISTRY)
+processing_errors = Counter(P + "processing_errors_total", "Records whose processing raised (a bug, not bad "
+                            "input): dead-lettered with processing_exception_handler=continue", registry=REGISTRY)
+missing_field_records = Counter(P + "records_missing_field_total", "Records dead-lettered because they lack a "
+                                "field an aggregation reads (most of a batch: likely a typo in --aggregations; the "
+                                "worker log names the field)", registry=REGISTRY)
 partition_stream_time = Gauge(P + "partition_stream_time_seconds", "Stream time of each input partition's task "
                               "(event time, epoch seconds; windows close by it)", ["topic", "partition"],
                               registry=REGISTRY)
@@ -158,7 +176,7 @@ METRICS: dict[str, Any] = {m._name: m for m in (
     batch_duration, batches, last_progress, stream_time, partition_stream_time, input_rate, processed_rate,
     consumer_lag, offsets_behind, state_windows, state_rows, state_bytes, state_buckets_written, state_cache_hits,
     state_log_replayed, state_log_shared, tasks_forwarded, state_snapshots, task_batches, worker_seconds,
-    lag_poll_errors)}
+    lag_poll_errors, processing_errors, missing_field_records)}
 
 # label values known up front (so every series exists from the first scrape, at 0)
 for _r in DROP_REASONS:
@@ -192,12 +210,20 @@ def serve(port: int) -> None:
     """Expose ``/metrics`` on ``port`` (0: do nothing)."""
     set_build_info()
     if port:
-        start_http_server(port, registry=REGISTRY)
+        try:
+            start_http_server(port, registry=REGISTRY)
+        except OSError as e:
+            from service.settings import SettingsError
+
+            raise SettingsError("metrics_port", f"cannot serve /metrics on port {port}: {e.strerror or e} (in use "
+                                                "by another process? choose another port, or 0 to turn it "
+                                                "off)") from None
         logger.info("metrics on http://0.0.0.0:%d/metrics", port)
 
 
 # -------------------------------------------------------------------------------------------------- updates
 _task_windows: dict[tuple[str, int], int] = {}
+_max_stream_time = -1  # largest task stream time seen by this process (ms)
 _lock = threading.Lock()
 
 
@@ -223,9 +249,10 @@ def record_progress(observed: Mapping[str, Any], progress: Mapping[str, Any], la
     records_aggregated.inc(o.get("aggregated", 0))
     records_dropped.labels("late").inc(o.get("late", 0))
     dead = o.get("dead_lettered", 0)
-    deser = o.get("dead_deserialization", 0)
-    records_dropped.labels("deserialization").inc(deser)
-    records_dropped.labels("invalid").inc(max(dead - deser, 0))
+    for reason in DEAD_LETTER_REASONS:
+        records_dropped.labels(reason).inc(o.get(dead_letter_stat(reason), 0))
+    processing_errors.inc(o.get(dead_letter_stat("processing-error"), 0))
+    missing_field_records.inc(o.get("missing_field_records", 0))
     records_dead_lettered.inc(dead)
     records_produced.labels("changelog").inc(o.get("changelog", 0))
     records_produced.labels("dead_letter").inc(dead)
@@ -246,13 +273,15 @@ def record_progress(observed: Mapping[str, Any], progress: Mapping[str, Any], la
     worker_seconds.labels("state_write").inc(o.get("state_write_ns", 0) / 1e9)
     worker_seconds.labels("produce").inc(o.get("produce_ns", 0) / 1e9)
     worker_seconds.labels("catch_up").inc(o.get("state_log_shared_ns", 0) / 1e9)
+    record_transactions(o)
     if any(k.startswith("lateness_b") for k in o):
         record_lateness.add(_buckets(o, "lateness_b", len(LATENESS_BUCKETS_MS)), o.get("lateness_ms_sum", 0) / 1000)
     if any(k.startswith("latency_b") for k in o):
         e2e_latency.add(_buckets(o, "latency_b", len(LATENCY_BUCKETS_MS)), o.get("latency_ms_sum", 0) / 1000)
-    if o.get("stream_time", -1) > 0:
-        stream_time.set(o["stream_time"] / 1000.0)
+    global _max_stream_time
     with _lock:
+        if o.get("stream_time", -1) > _max_stream_time:
+            _max_stream_time = o["stream_time"]
         for t in tasks:
             t = t.asDict() if hasattr(t, "asDict") else dict(t)
             tp = (str(t.get("topic")), _int(t.get("partition")))
@@ -260,6 +289,9 @@ def record_progress(observed: Mapping[str, Any], progress: Mapping[str, Any], la
             st = _int(t.get("stream_time"))
             if st > 0:
                 partition_stream_time.labels(tp[0], str(tp[1])).set(st / 1000.0)
+                _max_stream_time = max(_max_stream_time, st)
+        if _max_stream_time > 0:  # the largest ever seen: a batch of a task that is behind does not lower it
+            stream_time.set(_max_stream_time / 1000.0)
         if tasks:
             state_windows.set(sum(_task_windows.values()))
 
@@ -386,3 +418,26 @@ class LagPoller:
             except Exception:
                 pass
             self._consumer = None
+
+
+# ------------------------------------------------------------------------------ processing_guarantee=exactly_once
+transactions_committed = Counter(P + "transactions_committed_total", "Kafka transactions committed (exactly_once: "
+                                 "one per task micro-batch with output: its rows and its input offset)",
+                                 registry=REGISTRY)
+transactions_aborted = Counter(P + "transactions_aborted_total", "Kafka transactions aborted or fenced and redone "
+                               "(exactly_once; a batch that then failed is replayed by Spark)", registry=REGISTRY)
+transaction_commit_seconds = Counter(P + "transaction_commit_seconds_total", "Time in sending the input offset "
+                                     "and committing the transactions (exactly_once)", registry=REGISTRY)
+batches_already_committed = Counter(P + "task_batches_already_committed_total", "Replayed task micro-batches "
+                                    "whose transaction had committed (exactly_once): state rebuilt, nothing "
+                                    "produced, not counted in the record counters again", registry=REGISTRY)
+METRICS.update({m._name: m for m in (transactions_committed, transactions_aborted, transaction_commit_seconds,
+                                     batches_already_committed)})
+
+
+def record_transactions(o: Mapping[str, int]) -> None:
+    """The exactly_once counters of one micro-batch's observed sums (``txn_*``, service.processing)."""
+    transactions_committed.inc(o.get("txn_committed", 0))
+    transactions_aborted.inc(o.get("txn_aborted", 0))
+    transaction_commit_seconds.inc(o.get("txn_commit_ns", 0) / 1e9)
+    batches_already_committed.inc(o.get("txn_skipped", 0))

@@ -18,6 +18,7 @@ import logging
 import pickle
 import threading
 import time
+import traceback
 import uuid
 import zlib
 from collections.abc import Callable, Sequence
@@ -26,11 +27,12 @@ from typing import Any, Concatenate, NamedTuple, ParamSpec
 
 import numpy as np
 
-from connectors.output import ChangelogEncoder, ChangelogSpec
+from connectors.output import ChangelogEncoder, ChangelogSpec, dead_letter_headers
+from connectors.schema_registry import SchemaRegistryUnavailable
 from connectors.serde import Decoded, InputDecoder, InputSpec
 from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations
 from service import spool
-from service.metrics import LATENCY_BUCKETS_MS, LATENESS_BUCKETS_MS
+from service.metrics import DEAD_LETTER_REASONS, LATENCY_BUCKETS_MS, LATENESS_BUCKETS_MS, dead_letter_stat
 
 __all__ = ["TaskConfig", "TaskStats", "TaskOutput", "Decoded", "TaskRunner", "TaskState", "DictTaskState",
            "process_task_batch", "bucket_of", "encode_bucket", "decode_bucket", "spool_catch_up",
@@ -76,7 +78,27 @@ STATS_FIELDS = (
     # histogram bucket counts (NOT cumulative; last = above the largest bound), bounds in service.metrics
     *(f"lateness_b{i}" for i in range(len(LATENESS_BUCKETS_MS) + 1)),
     *(f"latency_b{i}" for i in range(len(LATENCY_BUCKETS_MS) + 1)),
+    # of dead_lettered, per reason (the ``error`` header; service.metrics.dead_letter_stat names them)
+    *(dead_letter_stat(r) for r in DEAD_LETTER_REASONS),
+    "missing_field_records",  # of dead_lettered: lacking a field the aggregations read (likely a typo)
+    # processing_guarantee=exactly_once (connectors.transactions; 0 with at_least_once)
+    "txn_committed",  # 1 when the batch's transaction committed
+    "txn_aborted",  # transactions of this batch aborted or fenced before one committed (each redone)
+    "txn_commit_ns",  # time in send_offsets_to_transaction + commit_transaction
+    "txn_skipped",  # 1 when the group's offset already covered the batch: state updated, nothing produced
 )
+
+#: a batch where more than this share of the records lack an aggregated field logs a warning naming it
+MISSING_FIELD_WARN_SHARE = 0.5
+
+#: the counters of what a batch read and wrote, zeroed in a replayed batch that is already in Kafka
+#: (processing_guarantee=exactly_once), so the service's counters stay exact across a replay
+REPLAY_ZEROED = ("records", "aggregated", "late", "dead_lettered", "changelog", "windows_created",
+                 "windows_updated", "skipped_windows", "windows_expired", "dead_deserialization", "dead_invalid",
+                 *(dead_letter_stat(r) for r in DEAD_LETTER_REASONS), "missing_field_records",
+                 "lateness_ms_sum", "latency_ms_sum",
+                 *(f"lateness_b{i}" for i in range(len(LATENESS_BUCKETS_MS) + 1)),
+                 *(f"latency_b{i}" for i in range(len(LATENCY_BUCKETS_MS) + 1)))
 
 
 #: dead-letter reasons (connectors.serde.REASONS) counted as ``reason="deserialization"``; the rest are "invalid"
@@ -109,8 +131,12 @@ class TaskConfig:
     log_spool: str = ""  # share log entries between this machine's workers under this id (service.spool); "": off
     owners: str = ""  # run a task's batches in the worker that owns it, with this query key (service.owners); "": off
     sink: str = "spark"  # "direct": the worker produces the output rows itself (connectors.producer)
-    producer: tuple[tuple[str, Any], ...] = ()  # the direct producer's librdkafka settings
+    producer: tuple[tuple[str, Any], ...] = field(default=(), repr=False)  # the direct producer's librdkafka
+    # settings (repr=False: they may hold the SASL password, connectors.security)
     batch_produce: bool = True  # direct sink: changelog rows to librdkafka in blocks (connectors.rdkafka_batch)
+    processing_exception_handler: str = "continue"  # continue | fail: see process_task_batch
+    processing_guarantee: str = "at_least_once"  # "exactly_once": one transaction per task batch (service.job)
+    application_id: str = ""  # the consumer group and transactional id prefix (exactly_once)
 
     @property
     def windows(self) -> SlidingWindows:
@@ -246,15 +272,12 @@ class TaskRunner:
 
         # dead letters, then late records, then the changelog (each in input/emission order)
         for i, reason, message in bad:
-            ts = timestamps[i]
-            out.add("dlq", cfg.dead_letter_topic, keys[i], values[i], [
-                ("error", reason.encode()),
-                ("error.message", message.encode("utf-8", "replace")[:2000]),
-                ("topic", topic.encode()),
-                ("partition", _b(partition)),
-                ("offset", _b(offsets[i])),
-                ("timestamp", _b(ts if ts is not None else "")),
-            ])
+            # a value over the size limit is not copied (it may not fit a record); the headers say where it is
+            value = None if reason == "value-too-large" else values[i]
+            out.add("dlq", cfg.dead_letter_topic, keys[i], value,
+                    dead_letter_headers(reason, message, topic, partition, offsets[i], timestamps[i]))
+            stats[dead_letter_stat(reason)] += 1
+        self._check_missing_fields(stats, n, topic, partition)
         if cfg.late_topic:
             for i, d in late_rows:
                 out.add("late", cfg.late_topic, keys[i], values[i], [
@@ -294,6 +317,19 @@ class TaskRunner:
         stats["lateness_ms_max"] = lateness_max
         stats["process_ns"] = time.perf_counter_ns() - t0
         return out
+
+    def _check_missing_fields(self, stats: TaskStats, n: int, topic: str, partition: int) -> None:
+        """Count the records the decoder found without an aggregated field; warn (naming the field) when most
+        records of the batch lack it: more likely a typo in the aggregations than bad producers."""
+        missing = self.decoder.missing_fields
+        if not missing:
+            return
+        stats["missing_field_records"] = sum(missing.values())
+        for name, count in missing.items():
+            if count > MISSING_FIELD_WARN_SHARE * n:
+                logger.warning("%d of %d records of %s-%d lack the field %r that the aggregations %r read: a typo "
+                               "in the aggregations? (they are dead-lettered with error schema-mismatch)", count,
+                               n, topic, partition, name, self.config.aggregations)
 
     def _apply(self, proc: SlidingWindowProcessor, good: Decoded) -> tuple[Any, list[Any]]:
         """Feed the decoded records to the processor and flush: ``(columns, [])`` on the batch path
@@ -689,7 +725,14 @@ def process_task_batch(
         runner.replay(proc, entry[1])
     read_start = time.perf_counter_ns() - t_start
     try:
-        out = runner.run(proc, topic, partition, offsets, keys, values, timestamps, emit_time_ms)
+        try:
+            out = runner.run(proc, topic, partition, offsets, keys, values, timestamps, emit_time_ms)
+        except SchemaRegistryUnavailable:
+            raise  # not a record's fault: the batch fails and Spark retries it
+        except Exception as exc:  # the processing exception handler
+            source.release()
+            proc, source, out = _run_isolating(runner, state, meta, n_buckets, cur, topic, partition, offsets,
+                                               keys, values, timestamps, emit_time_ms, exc)
         output_ns = 0
         if on_output is not None:
             t0 = time.perf_counter_ns()
@@ -759,6 +802,95 @@ def process_task_batch(
     s["produce_ns"] = output_ns
     s["process_ns"] = time.perf_counter_ns() - t_start - output_ns
     return out
+
+
+class ProcessingFailure(RuntimeError):
+    """A record whose processing raised, with processing_exception_handler=fail: the message names its
+    partition and offset."""
+
+
+def _run_isolating(
+    runner: TaskRunner,
+    state: TaskState,
+    meta: Any,
+    n_buckets: int,
+    cur: "_Token",
+    topic: str,
+    partition: int,
+    offsets: Sequence[int],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    timestamps: Sequence[int | None],
+    emit_time_ms: int | None,
+    exc: Exception,
+) -> tuple[SlidingWindowProcessor, "_BucketSource", TaskOutput]:
+    """The processing exception handler (Kafka Streams' ``processing.exception.handler``, KIP-1033), after
+    :meth:`TaskRunner.run` of the whole batch raised ``exc``: the batch again, record by record, each on a
+    processor at the committed state plus the records before it that went through, to find the records that
+    raise.
+
+    * ``fail``: :class:`ProcessingFailure` naming the first such record's partition and offset;
+    * ``continue``: the batch once more without those records, on a processor at the committed state (the
+      windows and the changelog are exactly those of the batch without them), and each of them as a dead
+      letter with error ``processing-error`` and the exception in the headers (KIP-1034's included).
+
+    When no record raises on its own, the batch's failure is not a record's: ``exc`` is raised again."""
+    cfg = runner.config
+
+    def restored() -> tuple[SlidingWindowProcessor, _BucketSource]:
+        proc, source = _new_processor(cfg, meta, n_buckets)
+        source.bind(state)
+        for i in range(cur.entries):
+            runner.replay(proc, _read_log(state, cur.parity, i, cfg.value_fields)[1])
+        return proc, source
+
+    def run(proc: SlidingWindowProcessor, at: Sequence[int]) -> TaskOutput:
+        return runner.run(proc, topic, partition, [offsets[j] for j in at], [keys[j] for j in at],
+                          [values[j] for j in at], [timestamps[j] for j in at], emit_time_ms)
+
+    kept: list[int] = []
+    failed: list[tuple[int, BaseException]] = []
+    proc, source = restored()
+    for j in range(len(offsets)):
+        try:
+            run(proc, [j])
+        except SchemaRegistryUnavailable:
+            source.release()
+            raise
+        except Exception as e:  # this record raises
+            source.release()
+            if cfg.processing_exception_handler == "fail":
+                raise ProcessingFailure(
+                    f"processing the record at offset {offsets[j]} of {topic}-{partition} raised "
+                    f"{type(e).__name__}: {e} (processing_exception_handler=fail; with continue it goes to the "
+                    f"dead-letter topic {cfg.dead_letter_topic} with error processing-error)") from e
+            failed.append((j, e))
+            proc, source = restored()  # the failed record may have left the processor half-updated
+            if kept:
+                run(proc, kept)
+            continue
+        kept.append(j)
+    source.release()
+    if not failed:
+        raise exc
+    logger.warning("%d of %d records of %s-%d raised while processed (first: offset %d, %s: %s); dead-lettered "
+                   "with error processing-error (processing_exception_handler=continue)", len(failed),
+                   len(offsets), topic, partition, offsets[failed[0][0]], type(failed[0][1]).__name__,
+                   failed[0][1])
+    proc, source = restored()
+    out = run(proc, kept)
+    for j, err in failed:
+        cls = type(err)
+        out.add("dlq", cfg.dead_letter_topic, keys[j], values[j], dead_letter_headers(
+            "processing-error", f"{cls.__name__}: {err}", topic, partition, offsets[j], timestamps[j],
+            exception=f"{cls.__module__}.{cls.__qualname__}",
+            stacktrace="".join(traceback.format_exception(cls, err, err.__traceback__))))
+    s = out.stats
+    s["records"] = len(offsets)
+    s["max_offset"] = int(offsets[-1])
+    s["dead_lettered"] += len(failed)
+    s[dead_letter_stat("processing-error")] += len(failed)
+    return proc, source, out
 
 
 def _generation_length(every: int, cur: "_Token", partition: int) -> int:

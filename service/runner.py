@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.admin import TopicSpec, ensure_topics, partition_counts
+from connectors.admin import AdminError, TopicSpec, ensure_topics, partition_counts
 from service import metrics
+from service.checkpoint_access import checkpoint_dir_problem
 from service.processing import TaskConfig
 from service.settings import Settings
 
@@ -54,21 +55,72 @@ class BatchReport:
 
 
 def prepare(settings: Settings) -> TaskConfig:
-    """Check the input topics, create missing output topics, register Avro schemas; the task config."""
-    from service.job import task_config
-
+    """Wait for Kafka and the input topics (:func:`wait_for_inputs`), create missing output topics, register
+    Avro schemas; the task config."""
     client = settings.kafka_client_config()
+    _check_kafka_access(settings, client)  # first: no other client may log the refusal before it
     if settings.sink == "direct":
         from connectors.producer import check_producer_config, producer_config
 
-        try:
-            check_producer_config(producer_config(settings.bootstrap_servers, settings.kafka_options))
+        try:  # (log_level 0: the check's producer does not log each refused connection while Kafka is down)
+            check_producer_config({**producer_config(settings.bootstrap_servers, settings.rdkafka_options()),
+                                   "log_level": "0"})
         except ValueError as e:
             raise ServiceError(f"{e} (settings bootstrap_servers, kafka_options; or use --sink spark)") from None
-    parts = partition_counts(client, settings.input_topics)
-    missing = [t for t in settings.input_topics if t not in parts]
-    if missing:
-        logger.warning("input topic(s) %s do not exist yet; the query waits for them", ", ".join(missing))
+    parts = wait_for_inputs(settings)
+    try:
+        return _prepare_outputs(settings, client, parts)
+    except AdminError as e:
+        raise ServiceError(str(e)) from None
+
+
+#: seconds between the log lines while the service waits for Kafka or for its input topics
+WAIT_LOG_EVERY = 10.0
+
+
+def wait_for_inputs(settings: Settings, sleep: Callable[[float], None] = time.sleep) -> dict[str, int]:
+    """The input topics' partition counts, once Kafka answers and every input topic exists.
+
+    * Kafka unreachable: retried with backoff (0.5 s doubling to 5 s; 3 s per attempt), a log line every attempt, for
+      ``startup_timeout``; then :class:`ServiceError` in one line naming the setting.
+    * An input topic that does not exist: the service waits for it (someone creates it, or the first producer
+      does with broker-side auto-creation), with a log line every :data:`WAIT_LOG_EVERY` seconds, until it
+      exists or the service is stopped. Starting Spark's query on a missing topic would fail it instead."""
+    client = settings.kafka_client_config()
+    deadline = time.monotonic() + settings.startup_timeout / 1000
+    backoff, last_log = 0.5, 0.0
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            parts = partition_counts(client, settings.input_topics, timeout=max(1.0, min(3.0, remaining)))
+        except AdminError as e:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ServiceError(f"cannot reach Kafka at {settings.bootstrap_servers} within "
+                                   f"{settings.startup_timeout / 1000:g} s (setting startup_timeout, "
+                                   f"--startup-timeout / SLIDINGWINDOW_STARTUP_TIMEOUT): "
+                                   f"{str(e.__cause__ or e).splitlines()[0]}") from None
+            logger.warning("Kafka at %s does not answer yet; retrying for %.0f s more (startup_timeout)",
+                           settings.bootstrap_servers, remaining)
+            sleep(min(backoff, remaining))
+            backoff = min(backoff * 2, 5.0)
+            continue
+        missing = [t for t in settings.input_topics if t not in parts]
+        if not missing:
+            return parts
+        now = time.monotonic()
+        if now - last_log >= WAIT_LOG_EVERY:
+            logger.warning("input topic(s) %s do not exist; waiting for them to be created (Ctrl-C to stop)",
+                           ", ".join(missing))
+            last_log = now
+        deadline = now + settings.startup_timeout / 1000  # Kafka answered: its clock starts again
+        sleep(1.0)
+
+
+def _prepare_outputs(settings: Settings, client: dict[str, str], parts: dict[str, int]) -> TaskConfig:
+    """:func:`prepare` once the inputs exist: output topics, schemas, the task config."""
+    from service.job import task_config
+
     if settings.create_topics:
         n = settings.topic_partitions or max(parts.values(), default=1)
         specs = [TopicSpec(settings.changelog_topic, n, settings.replication_factor,
@@ -82,7 +134,7 @@ def prepare(settings: Settings) -> TaskConfig:
         from connectors.output import changelog_key_schema, changelog_value_schema
         from connectors.schema_registry import SchemaRegistry
 
-        reg = SchemaRegistry(settings.schema_registry_url)
+        reg = SchemaRegistry(settings.schema_registry_url, dict(settings.schema_registry_config()))
         try:
             if settings.changelog_key_format == "avro":
                 key_id = reg.register(f"{settings.changelog_topic}-key", changelog_key_schema())
@@ -94,6 +146,18 @@ def prepare(settings: Settings) -> TaskConfig:
         finally:
             reg.close()
     return task_config(settings, key_id, value_id)
+
+
+def _check_kafka_access(settings: Settings, client: dict[str, str]) -> None:
+    """With TLS or SASL configured, fail at start in one line naming the setting when the broker refuses us."""
+    from connectors.security import KafkaAccessError, check_access
+
+    if dict(settings.rdkafka_options()).get("security.protocol", "PLAINTEXT").upper() == "PLAINTEXT":
+        return
+    try:
+        check_access(client)
+    except KafkaAccessError as e:
+        raise ServiceError(str(e)) from None
 
 
 def _report(progress: Any, lag: metrics.LagPoller | None = None, late_topic: bool = True) -> BatchReport:
@@ -124,8 +188,25 @@ def _report(progress: Any, lag: metrics.LagPoller | None = None, late_topic: boo
     )
 
 
+def processed_offsets(progress_json: str) -> dict[tuple[str, int], int]:
+    """``{(topic, partition): next offset}`` the micro-batch of a query progress (its JSON) read up to."""
+    out: dict[tuple[str, int], int] = {}
+    for src in json.loads(progress_json).get("sources") or []:
+        end = src.get("endOffset")
+        if isinstance(end, str):
+            try:
+                end = json.loads(end)
+            except ValueError:
+                continue
+        if isinstance(end, dict):
+            for topic, parts in end.items():
+                if isinstance(parts, dict):
+                    out.update({(str(topic), int(p)): int(o) for p, o in parts.items()})
+    return out
+
+
 def _listener(on_batch: Callable[[BatchReport], None], lag: metrics.LagPoller | None = None,
-              late_topic: bool = True):
+              late_topic: bool = True, committer: Any = None):
     from pyspark.sql.streaming import StreamingQueryListener
 
     class Listener(StreamingQueryListener):
@@ -138,6 +219,11 @@ def _listener(on_batch: Callable[[BatchReport], None], lag: metrics.LagPoller | 
             except Exception:  # never let reporting kill the listener bus
                 logger.exception("cannot read query progress")
                 return
+            if committer is not None:  # at_least_once: the group's offsets for lag tooling, after the batch
+                try:
+                    committer.commit(processed_offsets(event.progress.json))
+                except Exception:  # noqa: BLE001 - monitoring only
+                    logger.warning("cannot commit the processed offsets", exc_info=True)
             if report.records or report.changelog:
                 on_batch(report)
 
@@ -153,6 +239,16 @@ def _listener(on_batch: Callable[[BatchReport], None], lag: metrics.LagPoller | 
     return Listener()
 
 
+def _failure_line(text: str) -> str:
+    """The line of a query failure that says what happened: a task's :class:`~service.processing.
+    ProcessingFailure` (partition and offset of the record) when there is one, else the first line."""
+    lines = text.splitlines()
+    for line in lines:
+        if "ProcessingFailure: " in line:
+            return line[line.index("ProcessingFailure: ") + len("ProcessingFailure: "):].strip()
+    return lines[0] if lines else ""
+
+
 def run(
     settings: Settings,
     *,
@@ -165,15 +261,22 @@ def run(
 
     stop = stop or threading.Event()
     t0 = time.monotonic()
-    config = prepare(settings)
+    if problem := checkpoint_dir_problem(settings.checkpoint_dir):
+        raise ServiceError(problem)
     metrics.set_config_info(settings.emit, settings.input_format, settings.changelog_format)
-    metrics.serve(settings.metrics_port)
+    metrics.serve(settings.metrics_port)  # first: a port in use is one line, before any wait
+    config = prepare(settings)
     spark = build_spark(settings)
     logger.info("Spark %s session ready in %.1fs (master %s)", spark.version, time.monotonic() - t0,
                 settings.spark_master)
     lag = metrics.LagPoller(settings.kafka_client_config()).start() if settings.metrics_port else None
+    committer = None
+    if settings.processing_guarantee != "exactly_once":  # exactly_once commits them in each task's transaction
+        from connectors.transactions import GroupCommitter
+
+        committer = GroupCommitter(settings.kafka_client_config(), settings.app_name)
     spark.streams.addListener(_listener(on_batch or (lambda r: logger.info("%s", r.line())), lag,
-                                        bool(settings.late_topic)))
+                                        bool(settings.late_topic), committer))
     if install_signal_handlers and threading.current_thread() is threading.main_thread():
         def _stop(signum: int, _frame: Any) -> None:
             logger.info("signal %d: stopping after the current micro-batch", signum)
@@ -194,8 +297,10 @@ def run(
     exc = query.exception()
     if lag is not None:
         lag.stop()
+    if committer is not None:
+        committer.close()
     spark.stop()
     if exc is not None:
-        logger.error("the streaming query failed: %s", str(exc).splitlines()[0] if str(exc) else exc)
+        logger.error("the streaming query failed: %s", _failure_line(str(exc)) or exc)
         return 1
     return 0

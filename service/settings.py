@@ -16,8 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from connectors.security import NO_SECRET, SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaSecurity, Secret, read_secret
+
 __all__ = ["Settings", "SettingsError", "SETTINGS", "ENV_PREFIX", "parse_duration_ms", "add_arguments", "from_args",
-           "load"]
+           "load", "join_negative_values"]
 
 ENV_PREFIX = "SLIDINGWINDOW_"
 
@@ -28,6 +30,8 @@ EMIT_MODES = ("update", "every", "close")
 STARTING_OFFSETS = ("earliest", "latest")
 SINKS = ("spark", "direct")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+PROCESSING_EXCEPTION_HANDLERS = ("continue", "fail")
+PROCESSING_GUARANTEES = ("at_least_once", "exactly_once")
 
 
 class SettingsError(ValueError):
@@ -40,7 +44,7 @@ class SettingsError(ValueError):
         super().__init__(f"invalid setting {name} ({flag} / {env}): {message}")
 
 
-_DURATION_RE = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
+_DURATION_RE = re.compile(r"^\s*([-+]?)\s*(\d+)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
 
 
@@ -53,8 +57,10 @@ def parse_duration_ms(text: str | int) -> int:
     m = _DURATION_RE.match(str(text))
     if not m:
         raise ValueError(f"expected a duration such as 1500ms, 10s, 5m, 1h or a number of milliseconds, got {text!r}")
-    unit = m.group(2).lower() if m.group(2) else None
-    return int(m.group(1)) * _UNIT_MS[unit]
+    unit = m.group(3).lower() if m.group(3) else None
+    if m.group(1) == "-" and int(m.group(2)):
+        raise ValueError(f"a duration must not be negative, got {str(text).strip()!r}")
+    return int(m.group(2)) * _UNIT_MS[unit]
 
 
 def _format_duration(ms: int) -> str:
@@ -86,6 +92,13 @@ def _int(minimum: int) -> Callable[[str | int], int]:
         return v
 
     return parse
+
+
+def _port(text: str | int) -> int:
+    v = _int(0)(text)
+    if v > 65535:
+        raise ValueError(f"a TCP port is 1..65535 (0: off), got {v}")
+    return v
 
 
 def _choice(options: Sequence[str], upper: bool = False) -> Callable[[str], str]:
@@ -136,6 +149,11 @@ def _aggregations(text: str) -> str:
 
     t = ",".join(p.strip() for p in str(text).split(",") if p.strip())
     parse_aggregations(t)  # raises ValueError naming the bad part
+    for part in t.split(","):
+        kind, _, name = part.partition(":")
+        if kind.strip().lower() != "count" and not name.strip():
+            raise ValueError(f"{part!r} needs the value field it reads: {kind.strip()}:FIELD "
+                             f"(e.g. {kind.strip()}:amount); only count takes none")
     return t
 
 
@@ -164,6 +182,24 @@ def _nonempty(text: str) -> str:
     if not t:
         raise ValueError("must not be empty")
     return t
+
+
+def _security_protocol(text: str) -> str:
+    t = str(text).strip().upper()
+    if t and t not in SECURITY_PROTOCOLS:
+        raise ValueError(f"must be one of {', '.join(SECURITY_PROTOCOLS)}, got {text!r}")
+    return t
+
+
+def _sasl_mechanism(text: str) -> str:
+    t = str(text).strip().upper()
+    if t and t not in SASL_MECHANISMS:
+        raise ValueError(f"must be one of {', '.join(SASL_MECHANISMS)} (others: kafka_options), got {text!r}")
+    return t
+
+
+def _show_secret(value: Any) -> str:
+    return "none"
 
 
 @dataclass(frozen=True)
@@ -199,7 +235,8 @@ class Settings:
     max_offsets_per_trigger: int = _s(0, _int(0), "max records per micro-batch (0: no limit)", "N")
     kafka_options: tuple[tuple[str, str], ...] = _s((), _kafka_options,
                                                     "extra Kafka client settings for source, sink and admin "
-                                                    "(k=v,k=v, e.g. security.protocol=SSL)", "K=V,...",
+                                                    "(k=v,k=v, librdkafka names; TLS/SASL: kafka_security_* etc.)",
+                                                    "K=V,...",
                                                     show=lambda v: ",".join(f"{k}={x}" for k, x in v))
     source_options: tuple[tuple[str, str], ...] = _s((), _kafka_options,
                                                      "extra options of Spark's Kafka source only (k=v,k=v; "
@@ -216,6 +253,30 @@ class Settings:
     create_topics: bool = _s(True, _bool, "create missing output topics at start (changelog compacted)")
     topic_partitions: int = _s(0, _int(0), "partitions of created output topics (0: as many as the input)", "N")
     replication_factor: int = _s(1, _int(1), "replication factor of created output topics", "N")
+
+    # Kafka security (connectors.security writes them in each client's dialect: librdkafka, Java, Schema Registry)
+    kafka_security_protocol: str = _s("", _security_protocol,
+                                      "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (empty: SASL_SSL when a SASL "
+                                      "mechanism and a CA are set, SSL with only TLS files, else PLAINTEXT)",
+                                      "PROTOCOL")
+    kafka_sasl_mechanism: str = _s("", _sasl_mechanism, "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+                                   "MECHANISM")
+    kafka_sasl_username: str = _s("", _str, "SASL user name", "USER")
+    kafka_sasl_password: Secret = _s(NO_SECRET, read_secret, "SASL password (secret, never shown: set the "  # noqa: RUF009
+                                     "environment variable, or file:PATH / env:NAME to read it from a file or "
+                                     "another variable)", "SECRET", show=_show_secret)
+    kafka_ssl_ca_location: str = _s("", _str, "CA certificate(s) (PEM file) the broker certificates are checked "
+                                    "against (empty: the system's trust store)", "FILE")
+    kafka_ssl_certificate_location: str = _s("", _str, "client certificate (PEM file) for mutual TLS", "FILE")
+    kafka_ssl_key_location: str = _s("", _str, "client private key (PEM file, PKCS#8) for mutual TLS", "FILE")
+    kafka_ssl_key_password: Secret = _s(NO_SECRET, read_secret, "password of an encrypted client key (secret, "  # noqa: RUF009
+                                        "like kafka_sasl_password)", "SECRET", show=_show_secret)
+    kafka_ssl_endpoint_identification: bool = _s(True, _bool, "check that the broker certificate names the host "
+                                                 "connected to (false only for test clusters)")
+    schema_registry_basic_auth: Secret = _s(NO_SECRET, read_secret, "Schema Registry credentials user:password "  # noqa: RUF009
+                                            "(secret, like kafka_sasl_password; the registry's TLS uses "
+                                            "kafka_ssl_ca_location and the client certificate)", "SECRET",
+                                            show=_show_secret)
 
     # Formats
     input_format: str = _s("json", _choice(INPUT_FORMATS), "input value format")
@@ -276,8 +337,26 @@ class Settings:
                                                  show=lambda v: ",".join(f"{k}={x}" for k, x in v))
 
     # Operations
-    metrics_port: int = _s(9108, _int(0), "Prometheus /metrics port on the driver (0: off)", "PORT")
+    metrics_port: int = _s(9108, _port, "Prometheus /metrics port on the driver (0: off)", "PORT")
     log_level: str = _s("INFO", _choice(LOG_LEVELS, upper=True), "log level")
+    startup_timeout: int = _s(60_000, parse_duration_ms, "how long to wait at start for Kafka to answer (a "
+                              "log line every few seconds; compose may start the service before the broker), "
+                              "then exit with one line", "DURATION", show=_format_duration)
+    processing_exception_handler: str = _s(
+        "continue", _choice(PROCESSING_EXCEPTION_HANDLERS),
+        "when processing a task's micro-batch raises (a bug, not a bad record: those are dead-lettered at "
+        "decode): continue = re-run the batch record by record, dead-letter the records that raise (error "
+        "processing-error, the exception in headers) and aggregate the rest; fail = stop the query, naming the "
+        "partition and offset of the record that raised (Kafka Streams' processing.exception.handler)")
+    processing_guarantee: str = _s("at_least_once", _choice(PROCESSING_GUARANTEES),
+                                   "{at_least_once,exactly_once} (Kafka Streams' processing.guarantee). "
+                                   "at_least_once: a micro-batch replayed after a crash may write its output "
+                                   "again; exactly_once: each task's micro-batch writes its output and commits its "
+                                   "input offset to the group app_name in one Kafka transaction, input is read "
+                                   "read_committed, consumers read read_committed (needs sink=direct and a broker "
+                                   "with transactions; app_name must be unique per deployment: it names the "
+                                   "group and the transactional ids). Both commit the input offsets to the group "
+                                   "app_name (lag in kafka-consumer-groups.sh)")
 
     # ------------------------------------------------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -292,6 +371,8 @@ class Settings:
         self._check_consistency()
 
     def _check_consistency(self) -> None:
+        for name, message in self.kafka_security().problems():  # connectors.security: one settings set, 3 dialects
+            raise SettingsError("kafka_security_protocol" if name == "protocol" else f"kafka_{name}", message)
         avro = [n for n in ("input_format", "changelog_format", "changelog_key_format") if getattr(self, n) == "avro"]
         if avro and not self.schema_registry_url:
             raise SettingsError("schema_registry_url", f"required because {', '.join(avro)} is avro")
@@ -306,9 +387,12 @@ class Settings:
         if len(set(outputs)) != len(outputs):
             raise SettingsError("dead_letter_topic", f"output topics must differ, got {outputs}")
         if self.time_difference <= 0:
-            raise SettingsError("time_difference", "must be positive")
+            raise SettingsError("time_difference", "must be positive (a window spans at least 1 ms)")
         if self.key_field and self.key_field == self.timestamp_field:
             raise SettingsError("timestamp_field", "must differ from key_field")
+        if self.processing_guarantee == "exactly_once" and self.sink != "direct":
+            raise SettingsError("processing_guarantee", "exactly_once needs sink=direct (Spark's Kafka sink "
+                                                        "cannot write transactions)")
 
     @property
     def time_difference_ms(self) -> int:
@@ -334,8 +418,31 @@ class Settings:
         return parse_aggregations(self.aggregations)
 
     def kafka_client_config(self) -> dict[str, str]:
-        """confluent-kafka / Java client settings: bootstrap servers + ``kafka_options``."""
-        return {"bootstrap.servers": self.bootstrap_servers, **dict(self.kafka_options)}
+        """confluent-kafka (librdkafka) client settings: bootstrap servers + security settings + ``kafka_options``."""
+        return {"bootstrap.servers": self.bootstrap_servers, **dict(self.rdkafka_options())}
+
+    def kafka_security(self) -> KafkaSecurity:
+        """The ``kafka_security_*``/``kafka_sasl_*``/``kafka_ssl_*`` settings as one :class:`KafkaSecurity`."""
+        return KafkaSecurity(protocol=self.kafka_security_protocol, sasl_mechanism=self.kafka_sasl_mechanism,
+                             sasl_username=self.kafka_sasl_username, sasl_password=self.kafka_sasl_password,
+                             ssl_ca_location=self.kafka_ssl_ca_location,
+                             ssl_certificate_location=self.kafka_ssl_certificate_location,
+                             ssl_key_location=self.kafka_ssl_key_location,
+                             ssl_key_password=self.kafka_ssl_key_password,
+                             ssl_endpoint_identification=self.kafka_ssl_endpoint_identification)
+
+    def rdkafka_options(self) -> tuple[tuple[str, str], ...]:
+        """librdkafka settings of the security settings, then ``kafka_options`` (which win)."""
+        return (*self.kafka_security().rdkafka().items(), *self.kafka_options)
+
+    def java_kafka_options(self) -> tuple[tuple[str, str], ...]:
+        """Java client settings (no ``kafka.`` prefix) of the security settings, then ``kafka_options``."""
+        return (*self.kafka_security().java().items(), *self.kafka_options)
+
+    def schema_registry_config(self) -> tuple[tuple[str, str], ...]:
+        """``SchemaRegistryClient`` settings besides the URL (TLS files for https, basic auth)."""
+        return tuple(self.kafka_security().schema_registry(self.schema_registry_url,
+                                                           self.schema_registry_basic_auth).items())
 
     def replace(self, **changes: Any) -> "Settings":
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -366,7 +473,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                   "help": f"{spec.help} (default: {default!s} | env {env})"}
         choices = {"starting_offsets": STARTING_OFFSETS, "input_format": INPUT_FORMATS,
                    "changelog_format": OUTPUT_FORMATS, "changelog_key_format": KEY_FORMATS, "emit": EMIT_MODES,
-                   "sink": SINKS}
+                   "sink": SINKS, "processing_exception_handler": PROCESSING_EXCEPTION_HANDLERS}
         if f.name in choices:
             kwargs["metavar"] = "{" + ",".join(choices[f.name]) + "}"
         if f.type in (bool, "bool"):
@@ -376,6 +483,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 _SECTIONS = {"bootstrap_servers": "Kafka", "input_format": "formats", "aggregations": "windows",
              "spark_master": "Spark", "metrics_port": "operations"}
+
+
+_SECTIONS["kafka_security_protocol"] = "Kafka security"
 
 
 def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:
@@ -391,9 +501,31 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
     return Settings(**values)
 
 
+_NEGATIVE_VALUE = re.compile(r"^-\d")
+
+
+def join_negative_values(argv: Sequence[str]) -> list[str]:
+    """``["--grace", "-5s"]`` -> ``["--grace=-5s"]``: argparse reads a value that starts with ``-`` and is not a
+    plain number as a flag ("expected one argument"); joined, it reaches the setting's own check, which names
+    the rule. Only a ``--flag`` without ``=`` followed by ``-<digit>...`` is joined."""
+    out: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("--") and "=" not in a and a != "--" and i + 1 < len(args) and \
+                _NEGATIVE_VALUE.match(args[i + 1]):
+            out.append(f"{a}={args[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def load(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
     """Parse ``argv`` (flags only) and the environment into :class:`Settings`."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     add_arguments(parser)
-    args = parser.parse_args(list(argv or []))
+    args = parser.parse_args(join_negative_values(argv or []))
     return from_args(args, environ)

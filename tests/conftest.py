@@ -6,7 +6,9 @@ Kafka (only started when a test asks for ``kafka_bootstrap`` or ``make_topic``; 
     Bootstrap servers of a Kafka broker, from the first source that works:
 
     1. ``$KAFKA_BOOTSTRAP_SERVERS`` (an existing broker; nothing is started or stopped);
-    2. a testcontainers Kafka container, if a Docker engine answers a ping;
+    2. a testcontainers Kafka container, if a Docker engine answers a ping *and* the images it needs (Kafka's and,
+       unless ``TESTCONTAINERS_RYUK_DISABLED``, Ryuk's) are present locally or can be pulled within
+       ``IMAGE_PULL_TIMEOUT_S``; an engine whose images cannot be had (no registry reachable) is logged and skipped;
     3. :class:`devtools.local_broker.LocalKafkaBroker` (JVM from Maven-resolved jars) on a free port, data in a
        session tmp dir.
 
@@ -33,6 +35,8 @@ ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
 ENV_KAFKA_MODE = "SLIDINGWINDOW_TEST_KAFKA"  # auto (default) | docker | local
 ENV_KAFKA_IMAGE = "SLIDINGWINDOW_TEST_KAFKA_IMAGE"  # image for testcontainers' KafkaContainer (Confluent cp-kafka)
 DOCKER_PING_TIMEOUT_S = 3
+IMAGE_PULL_TIMEOUT_S = 20
+DEFAULT_KAFKA_IMAGE = "confluentinc/cp-kafka:7.6.0"  # testcontainers' KafkaContainer default
 
 
 def _docker_engine_answers() -> bool:
@@ -49,6 +53,63 @@ def _docker_engine_answers() -> bool:
             client.close()
     except Exception:  # docker.errors.DockerException, connection errors, missing socket, ...
         return False
+
+
+def _testcontainers_images() -> list[str]:
+    """The images a testcontainers Kafka needs: the broker's and, unless disabled, Ryuk's (the reaper)."""
+    from testcontainers.core.config import testcontainers_config
+
+    images = [os.environ.get(ENV_KAFKA_IMAGE) or DEFAULT_KAFKA_IMAGE]
+    if not testcontainers_config.ryuk_disabled:
+        images.append(testcontainers_config.ryuk_image)
+    return images
+
+
+def _missing_docker_images(images: list[str]) -> dict[str, str]:
+    """``{image: reason}`` for every image neither present in the engine nor pullable within
+    ``IMAGE_PULL_TIMEOUT_S`` (an engine answers pings on machines that reach no registry)."""
+    import concurrent.futures
+
+    import docker
+
+    missing: dict[str, str] = {}
+    client = docker.from_env(timeout=IMAGE_PULL_TIMEOUT_S)
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    try:
+        for image in images:
+            try:
+                client.images.get(image)
+                continue
+            except docker.errors.ImageNotFound:
+                pass
+            except Exception as e:  # the engine stopped answering
+                missing[image] = f"engine error: {e}"
+                continue
+            try:
+                pool.submit(client.images.pull, image).result(timeout=IMAGE_PULL_TIMEOUT_S)
+            except concurrent.futures.TimeoutError:
+                missing[image] = f"not present and not pulled within {IMAGE_PULL_TIMEOUT_S}s"
+            except Exception as e:  # docker.errors.APIError: registry unreachable, unknown image, ...
+                missing[image] = f"not present and cannot be pulled: {str(e).splitlines()[0][:200]}"
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        client.close()
+    return missing
+
+
+def _use_testcontainers() -> bool:
+    """Auto mode: testcontainers only when an engine answers and its images can be had; says which in the log."""
+    if not _docker_engine_answers():
+        logger.info("Kafka for tests: no Docker engine answers; using the local broker")
+        return False
+    missing = _missing_docker_images(_testcontainers_images())
+    if missing:
+        reasons = "; ".join(f"{image}: {why}" for image, why in missing.items())
+        logger.warning("Kafka for tests: a Docker engine answers but images cannot be had (%s); using the local broker "
+                       "(set %s=docker to insist)", reasons, ENV_KAFKA_MODE)
+        return False
+    logger.info("Kafka for tests: testcontainers (Docker engine answers, images present)")
+    return True
 
 
 def _kafka_from_testcontainers() -> Iterator[str]:
@@ -85,7 +146,7 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     mode = os.environ.get(ENV_KAFKA_MODE, "auto").lower()
     if mode not in ("auto", "docker", "local"):
         raise pytest.UsageError(f"{ENV_KAFKA_MODE} must be auto, docker or local, not {mode!r}")
-    if mode == "docker" or (mode == "auto" and _docker_engine_answers()):
+    if mode == "docker" or (mode == "auto" and _use_testcontainers()):
         yield from _kafka_from_testcontainers()
     else:
         yield from _kafka_from_local_broker(tmp_path_factory)

@@ -35,260 +35,54 @@ when any window it would emit is below that bound at the end of the batch, or wh
 
 It falls back to the record path for the whole batch when any record is partially late, when the emit mode is
 ``every``, when the aggregation has no batch kernel or values are not exactly representable (sums need
-integers; min/max need all-int or all-float, no NaN), or when a key that once took a partially-late record does
-not match R3 on the range the batch reads.
+integers whose sums stay inside int64; min/max need all-int or all-float, no NaN), or when a key that once took a
+partially-late record does not match R3 on the range the batch reads. An integer beyond that range (a sum
+that could leave int64, a value beyond it) is never converted: the record path's Python ints are exact
+(issue 29), and the batch path takes the task's batches again once such windows have expired.
+
+An accelerator over :class:`~windowstore.state.EngineState` (the contract, see state.py): it reads and writes
+only the state's attributes and the public API of the store, and hands its writes out as typed output segments
+(:class:`~windowstore.state.ColumnWrites`, :class:`~windowstore.state.EmittedColumns`); its representation of a
+key (numpy columns) lives in columns.py.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .aggregations import Aggregation, Composite, Field
-from .store import NO_TIMESTAMP
-from .updates import DropReason, EmitMode, WindowUpdate
+from .aggregations import Composite
+from .cache import replace, seal, sealed
+from .columns import (
+    Cols,
+    KeyIds,
+    Plan,
+    bit_rows,
+    column,
+    columnize,
+    magnitude,
+    part_kinds,
+    raw_matrix,
+    rows_of,
+    set_raw,
+)
+from .lazy import record_step
+from .record import drop, emission_bounds, final_updates
+from .state import CachedWrites, ColumnWrites, EmittedColumns, EmittedUpdates, EngineState
+from .store import NO_TIMESTAMP, KeyWindows
+from .updates import DropReason
 
-_new_update = tuple.__new__
+__all__ = ["process_batch", "process_columns"]
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .processor import SlidingWindowProcessor
-    from .store import KeyWindows
-
-__all__ = ["process_batch", "batch_plan", "attach", "Plan"]
-
-Plan = list[tuple[str, str | None]]
 _I32 = np.int32
 _NO_ARRIVAL = np.iinfo(_I32).max  # arrival indexes are int32 (-1: a record from before the batch)
-_LIMIT = 1 << 62
+_LIMIT = 1 << 62  # |value| * records below it: prefix sums stay inside int64
+_MAX_LONG = (1 << 63) - 1  # timestamps are Kafka longs: a larger one is invalid (R6)
 _I64 = np.int64
 _F64 = np.float64
-
-
-def batch_plan(aggregation: Aggregation) -> Plan | None:
-    """``[(kind, field), ...]`` for an aggregation the batch path supports, else ``None``."""
-    parts = aggregation.parts if isinstance(aggregation, Composite) else (aggregation,)
-    plan: Plan = []
-    for p in parts:
-        field = None
-        inner = p
-        if isinstance(p, Field):
-            field, inner = p.field, p.inner
-        kind = inner.batch_kind
-        if kind not in ("count", "sum", "min", "max", "mean") or isinstance(inner, Field):
-            return None
-        plan.append((kind, field))
-    return plan
-
-
-class Cols:
-    """One key's windows as columns, ascending start. ``parts[i]`` holds part i's accumulator column (sum or
-    min/max value; the sum for mean); ``None`` for a count part, whose value is ``counts``.
-
-    The batch path keeps the columns as rows of one int64 matrix (:attr:`stacked`: starts, ts, counts, then
-    each part's column, float64 ones as their bits), so storing a key's windows is one concatenation, not one
-    per column; the column attributes are views of its rows."""
-
-    __slots__ = ("starts", "ts", "counts", "parts", "kinds", "_m")
-
-    def __init__(self, starts: np.ndarray, ts: np.ndarray, counts: np.ndarray, parts: list[Any]) -> None:
-        self.starts = starts
-        self.ts = ts
-        self.counts = counts
-        self.parts = parts
-        self.kinds = _kinds(parts)
-        self._m: np.ndarray | None = None
-
-    @classmethod
-    def of(cls, m: np.ndarray, kinds: tuple[str | None, ...]) -> "Cols":
-        """The columns held in the rows of ``m`` (see :attr:`stacked`); ``kinds``: per part, ``None`` (count),
-        ``"i"`` (int64) or ``"f"`` (float64). The column attributes are made when first read: a batch stores
-        every key of it this way, and most are next read as :attr:`stacked` only."""
-        c = cls.__new__(cls)
-        c.kinds = kinds
-        c._m = m
-        return c
-
-    def __getattr__(self, name: str) -> Any:
-        # only for an unset slot: the column views of a Cols made by :meth:`of`
-        if name not in ("starts", "ts", "counts", "parts"):
-            raise AttributeError(name)
-        m = self._m
-        self.starts, self.ts, self.counts = m[0], m[1], m[2]
-        self.parts = _rows(m, 3, self.kinds)
-        return getattr(self, name)
-
-    @property
-    def stacked(self) -> np.ndarray:
-        """The int64 matrix whose rows are starts, ts, counts and the parts' columns (float64 ones as bits)."""
-        m = self._m
-        if m is None:
-            m = self._m = np.stack([self.starts, self.ts, self.counts, *_bit_rows(self.parts)])
-        return m
-
-    def __len__(self) -> int:
-        m = self._m
-        return len(self.starts) if m is None else m.shape[1]
-
-    def take(self, sel: Any) -> "Cols":
-        return Cols.of(self.stacked[:, sel], self.kinds)
-
-
-def _kinds(parts: Sequence[Any]) -> tuple[str | None, ...]:
-    return tuple(None if p is None else p.dtype.kind for p in parts)
-
-
-def _bit_rows(parts: Sequence[Any]) -> list[np.ndarray]:
-    """The columns of ``parts`` (count parts have none) as int64 rows: float64 ones as their bits."""
-    return [p.view(_I64) if p.dtype.kind == "f" else p for p in parts if p is not None]
-
-
-def _rows(m: np.ndarray, first: int, kinds: tuple[str | None, ...]) -> list[Any]:
-    """Inverse of :func:`_bit_rows`: the part columns held in ``m``'s rows from ``first`` on."""
-    parts: list[Any] = []
-    r = first
-    for k in kinds:
-        if k is None:
-            parts.append(None)
-        else:
-            parts.append(m[r] if k != "f" else m[r].view(_F64))
-            r += 1
-    return parts
-
-
-def raw_matrix(kw: "KeyWindows") -> np.ndarray:
-    """A columnar key's raw records as rows of one int64 matrix: ts, then each part's values (see
-    :attr:`Cols.stacked`); built once, kept in ``kw.raw2d``."""
-    m = kw.raw2d
-    if m is None:
-        m = kw.raw2d = np.stack([kw.raw_ts, *_bit_rows(kw.raw_cols or ())])
-    return m
-
-
-def set_raw(kw: "KeyWindows", m: np.ndarray, kinds: tuple[str | None, ...]) -> None:
-    """Hold the raw records of matrix ``m`` (see :func:`raw_matrix`) in ``kw``."""
-    kw.raw2d = m
-    kw.raw_ts = m[0]
-    kw.raw_cols = _rows(m, 1, kinds)
-
-
-def attach(proc: "SlidingWindowProcessor") -> Plan | None:
-    """Enable the batch path on a processor: returns its plan and teaches the store to materialize."""
-    closing = proc.emit is EmitMode.CLOSE and not proc.emit_interval_ms
-    plan = batch_plan(proc.aggregation) if proc.emit is EmitMode.UPDATE or closing else None
-    if plan is not None:
-        composite = isinstance(proc.aggregation, Composite)
-        proc.store.materialize = lambda kw: _materialize(kw, plan, composite)  # type: ignore[method-assign]
-        proc.store.trim_columnar = _trim  # type: ignore[method-assign]
-    return plan
-
-
-# ------------------------------------------------------------------------------------------- representation
-def _accs(plan: Plan, composite: bool, counts: list[int], parts: list[Any]) -> list[Any]:
-    cols = []
-    for (kind, _f), p in zip(plan, parts):
-        if kind == "count":
-            cols.append(counts)
-        elif kind == "mean":
-            cols.append(list(zip(counts, p.tolist())))
-        else:
-            cols.append(p.tolist())
-    return list(zip(*cols)) if composite else cols[0]
-
-
-def _materialize(kw: "KeyWindows", plan: Plan, composite: bool) -> None:
-    """Columns -> entries and raw lists (for the record path, serialization and reads)."""
-    c = kw.cols
-    if c is not None:
-        kw.cols = None
-        counts = c.counts.tolist()
-        starts = c.starts.tolist()
-        accs = _accs(plan, composite, counts, c.parts)
-        kw.starts = starts
-        kw.entries = {s: [a, t, n] for s, a, t, n in zip(starts, accs, c.ts.tolist(), counts)}
-    if kw.raw_ts is not None and not isinstance(kw.raw_ts, list):
-        kw.raw_ts = kw.raw_ts.tolist()
-        kw.raw_cols = [None if col is None else col.tolist() for col in kw.raw_cols or ()]
-        kw.raw2d = None
-
-
-def _column(values: Sequence[Any], kind: str) -> np.ndarray | None:
-    """A numeric column for a kernel, or ``None`` when the batch result would not be exact (fallback)."""
-    n = len(values)
-    if kind in ("sum", "mean"):
-        if not all(type(v) is int for v in values):
-            return None
-        arr = np.fromiter(values, _I64, n)
-        if n and int(np.abs(arr).max()) * n >= _LIMIT:
-            return None
-        return arr
-    if all(type(v) is int for v in values):
-        if n and max(abs(v) for v in values) >= _LIMIT:
-            return None
-        return np.fromiter(values, _I64, n)
-    if all(type(v) is float for v in values):
-        arr = np.fromiter(values, np.float64, n)
-        return None if np.isnan(arr).any() else arr
-    return None
-
-
-def _columnize(kw: "KeyWindows", plan: Plan, composite: bool) -> bool:
-    """Entries and raw lists -> columns; False when a value cannot be represented exactly."""
-    if kw.cols is None:
-        starts = kw.starts
-        entries = kw.entries
-        rows = [entries[s] for s in starts]
-        parts: list[Any] = []
-        for i, (kind, _f) in enumerate(plan):
-            if kind == "count":
-                parts.append(None)
-                continue
-            accs = [r[0][i] if composite else r[0] for r in rows]
-            col = _column([a[1] for a in accs] if kind == "mean" else accs, "sum" if kind == "mean" else kind)
-            if col is None:
-                return False
-            parts.append(col)
-        n = len(starts)
-        kw.cols = Cols(
-            np.fromiter(starts, _I64, n),
-            np.fromiter((r[1] for r in rows), _I64, n),
-            np.fromiter((r[2] for r in rows), _I64, n),
-            parts,
-        )
-        kw.starts = []
-        kw.entries = {}
-    if kw.raw_ts is None:
-        set_raw(kw, np.zeros((1 + sum(kind != "count" for kind, _f in plan), 0), _I64), kw.cols.kinds)
-    elif isinstance(kw.raw_ts, list):
-        cols = []
-        for (kind, _f), col in zip(plan, kw.raw_cols or ()):
-            if col is None:
-                cols.append(None)
-                continue
-            arr = _column(col, kind)
-            if arr is None:
-                return False
-            cols.append(arr)
-        kw.raw_ts = np.fromiter(kw.raw_ts, _I64, len(kw.raw_ts))
-        kw.raw_cols = cols
-        kw.raw2d = None
-    return True
-
-
-def _trim(kw: "KeyWindows", bound: int) -> int:
-    """Columnar :meth:`KeyWindows.trim_below`."""
-    if len(kw.raw_ts) and kw.raw_ts[0] < bound:
-        j = int(kw.raw_ts.searchsorted(bound))
-        set_raw(kw, raw_matrix(kw)[:, j:], _kinds(kw.raw_cols))
-    m = kw.cols.stacked  # row 0: the starts (read from the matrix: no column views made for the check)
-    if m.shape[1] and m[0, 0] < bound:
-        c = kw.cols
-        j = int(m[0].searchsorted(bound))
-        kw.cols = c.take(slice(j, None))
-        return j
-    return 0
 
 
 # -------------------------------------------------------------------------------------------------- kernels
@@ -318,7 +112,6 @@ def _range(values: np.ndarray, op: Any, lo: np.ndarray, hi: np.ndarray, k: np.nd
     return op(flat[row + lo], flat[row + hi - (1 << k)])
 
 
-
 def _r3_starts(distinct: np.ndarray, td: int) -> np.ndarray:
     """All R3 window starts for the distinct record timestamps of one key."""
     left = np.maximum(distinct - td, 0)
@@ -340,13 +133,13 @@ def _aggregate(plan: Plan, parts: list[Any], lo: np.ndarray, hi: np.ndarray) -> 
     return out
 
 
-def _consistent_with_r3(td: int, plan: Plan, kw: "KeyWindows", nts: np.ndarray) -> bool:
+def _consistent_with_r3(td: int, plan: Plan, kw: KeyWindows, nts: np.ndarray) -> bool:
     """Whether the stored windows a batch would read match R3 over the key's raw records (flagged keys)."""
     lo_read = max(0, int(nts.min()) - 2 * td)
     hi_read = int(nts.max()) + 1
     c = kw.cols
     sel = (c.starts >= lo_read) & (c.starts <= hi_read)
-    T = kw.raw_ts
+    T = kw.raw.ts  # type: ignore[union-attr]
     r3 = _r3_starts(np.unique(T), td) if len(T) else np.zeros(0, _I64)
     r3 = r3[(r3 >= lo_read) & (r3 <= hi_read)]
     if not np.array_equal(c.starts[sel], r3):
@@ -355,7 +148,7 @@ def _consistent_with_r3(td: int, plan: Plan, kw: "KeyWindows", nts: np.ndarray) 
     hi = np.searchsorted(T, r3 + td, "right")
     if not (np.array_equal(c.counts[sel], hi - lo) and np.array_equal(c.ts[sel], T[hi - 1])):
         return False
-    for stored, want in zip(c.parts, _aggregate(plan, kw.raw_cols, lo, hi)):
+    for stored, want in zip(c.parts, _aggregate(plan, kw.raw.cols, lo, hi)):
         if stored is not None and not np.array_equal(stored[sel], want):
             return False
     return True
@@ -404,7 +197,7 @@ class _Stored(NamedTuple):
     at: np.ndarray  #: ``m[0]`` + ``k * _OFF`` (ascending)
 
     @classmethod
-    def of(cls, mats: list[np.ndarray], offs: np.ndarray, slot: int) -> "_Stored":
+    def of(cls, mats: list[np.ndarray], offs: np.ndarray, slot: int) -> _Stored:
         n = np.fromiter((x.shape[1] for x in mats), _I64, len(mats))
         m = np.concatenate(mats, axis=1, out=_scratch(slot, mats[0].shape[0], int(n.sum())))
         return cls(m, np.concatenate([[0], np.cumsum(n)]), m[0] + np.repeat(offs, n))
@@ -445,8 +238,8 @@ class _Written(NamedTuple):
     below that - is recomputed from R3; everything below it is kept as it is. Arrays over all keys use the
     ``k * _OFF + ts`` axis, ascending."""
 
-    old_win: "_Stored"  #: every key's stored windows (before the batch)
-    old_raw: "_Stored"  #: and raw records
+    old_win: _Stored  #: every key's stored windows (before the batch)
+    old_raw: _Stored  #: and raw records
     col_j: np.ndarray  #: per key: the column of ``old_win`` where the key's recomputed suffix starts (>= cut)
     raw_j: np.ndarray  #: per key: the column of ``old_raw`` from which on its raw records are in the suffix
     raw_ts: np.ndarray  #: the suffixes' raw timestamps (old and new records)
@@ -461,8 +254,14 @@ class _Written(NamedTuple):
 
 
 def _kernel(
-    td: int, plan: Plan, kws: list["KeyWindows"], key_id: np.ndarray, arrival: np.ndarray, ts: np.ndarray,
-    parts_new: list[Any], n_records: int,
+    td: int,
+    plan: Plan,
+    kws: list[KeyWindows],
+    key_id: np.ndarray,
+    arrival: np.ndarray,
+    ts: np.ndarray,
+    parts_new: list[Any],
+    n_records: int,
 ) -> _Written | None:
     """Apply the accepted records of all keys (``key_id``, ``arrival`` index, ``ts``, part columns) at once,
     without storing anything. ``None`` when a key's stored windows are not the R3 windows of its raw records
@@ -491,7 +290,7 @@ def _kernel(
     T = T[order]
     arr = np.concatenate([np.full(len(old_T), -1, _I32), arrival[o].astype(_I32)])[order]
     # a part's old values: its row of old_R (each key's raw part has the batch's dtype, or no values)
-    old_parts = _rows(old_R, 1, _kinds(parts_new))
+    old_parts = rows_of(old_R, 1, part_kinds(parts_new))
     raw_parts = [None if p is None else np.concatenate([old, p[o]])[order] for old, p in zip(old_parts, parts_new)]
 
     # R3 window starts over the distinct timestamps d: left windows max(d - td, 0) and right windows d + 1
@@ -579,8 +378,18 @@ def _kernel(
     cat[early & at_zero[w]] = 3
 
     return _Written(
-        old_win, old_raw, col_j, raw_j, T, raw_parts, starts, T[hi - 1] & _LOCAL, hi - lo,
-        _aggregate(plan, raw_parts, lo, hi), len(starts) - len(old_starts), w[_flush_order(lw * 4 + cat, early)],
+        old_win,
+        old_raw,
+        col_j,
+        raw_j,
+        T,
+        raw_parts,
+        starts,
+        T[hi - 1] & _LOCAL,
+        hi - lo,
+        _aggregate(plan, raw_parts, lo, hi),
+        len(starts) - len(old_starts),
+        w[_flush_order(lw * 4 + cat, early)],
         np.flatnonzero(~existed),
     )
 
@@ -604,17 +413,17 @@ def _flush_order(group: np.ndarray, early: np.ndarray) -> np.ndarray:
     return order
 
 
-def _store(kws: list["KeyWindows"], res: _Written, bound: int) -> int:
+def _store(kws: list[KeyWindows], res: _Written, bound: int) -> int:
     """Store the recomputed suffixes into every key and drop what is below the purge ``bound``; returns how
     many windows were dropped."""
     offs = np.arange(len(kws), dtype=_I64) << _SHIFT
     # the suffixes of all keys as matrices (see Cols.stacked, raw_matrix)
-    W = np.stack([res.starts & _LOCAL, res.ts, res.counts, *_bit_rows(res.parts)])
-    R = np.stack([res.raw_ts & _LOCAL, *_bit_rows(res.raw_parts)])
+    W = np.stack([res.starts & _LOCAL, res.ts, res.counts, *bit_rows(res.parts)])
+    R = np.stack([res.raw_ts & _LOCAL, *bit_rows(res.raw_parts)])
     win, win_off, dropped = _spliced(res.old_win, res.col_j, W, res.starts, offs, bound)
     raw, raw_off, _ = _spliced(res.old_raw, res.raw_j, R, res.raw_ts, offs, bound)
-    kinds = _kinds(res.parts)
-    raw_kinds = _kinds(res.raw_parts)
+    kinds = part_kinds(res.parts)
+    raw_kinds = part_kinds(res.raw_parts)
     for kw, a, b, ra, rb in zip(kws, win_off, win_off[1:], raw_off, raw_off[1:]):
         kw.cols = Cols.of(win[:, a:b], kinds)
         set_raw(kw, raw[:, ra:rb], raw_kinds)
@@ -622,7 +431,12 @@ def _store(kws: list["KeyWindows"], res: _Written, bound: int) -> int:
 
 
 def _spliced(
-    old: _Stored, j: np.ndarray, new: np.ndarray, new_at: np.ndarray, offs: np.ndarray, bound: int,
+    old: _Stored,
+    j: np.ndarray,
+    new: np.ndarray,
+    new_at: np.ndarray,
+    offs: np.ndarray,
+    bound: int,
 ) -> tuple[np.ndarray, list[int], int]:
     """Every key's stored columns below its suffix (``old`` up to column ``j[k]``) followed by its recomputed
     suffix (``new``, first row ``new_at`` on the key axis), without the columns below ``bound``: the matrix of
@@ -651,28 +465,32 @@ def _spliced(
     return out, out_off.tolist(), dropped
 
 
-def process_batch(proc: "SlidingWindowProcessor", records: Sequence[tuple[Hashable, Any, Any]]) -> bool:
+def process_batch(state: EngineState, records: Sequence[tuple[Hashable, Any, Any]]) -> bool:
     """Process ``(key, value, ts)`` records (arrival order) on the batch path if it applies; returns False
-    after falling back to the record path. Results go to the update cache like :meth:`process`."""
-    if proc._plan is None:
-        _record_path(proc, records)
+    after falling back to the record path. Results go to the output segments like the record path's."""
+    seal(state)  # the batch path may turn entries into columns: fix the record cache's entries first
+    if state.plan is None:
+        _record_path(state, records)
         return False
     keys = [r[0] for r in records]
     values = [r[1] for r in records]
     ts = [r[2] for r in records]
-    return process_columns(proc, keys, ts, None, values)
+    return process_columns(state, keys, ts, None, values)
 
 
 def _timestamps(ts: Any) -> tuple[np.ndarray, np.ndarray]:
     """int64 timestamps and a mask of invalid ones (not an integer, or negative)."""
     arr = np.asarray(ts)
-    if arr.dtype.kind in "iu":
+    if arr.dtype.kind == "i":
         arr = arr.astype(_I64, copy=False)
         return arr, arr < 0
+    if arr.dtype.kind == "u":
+        bad = arr > _MAX_LONG  # beyond Kafka's long: invalid, as on the record path
+        return np.where(bad, 0, arr).astype(_I64), bad
     out = np.zeros(len(ts), _I64)
     bad = np.zeros(len(ts), bool)
     for i, t in enumerate(ts):
-        if isinstance(t, int) and not isinstance(t, bool) and t >= 0:
+        if isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= _MAX_LONG:
             out[i] = t
         else:
             bad[i] = True
@@ -680,7 +498,7 @@ def _timestamps(ts: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def process_columns(
-    proc: "SlidingWindowProcessor",
+    state: EngineState,
     keys: Sequence[Hashable],
     timestamps: Any,
     fields: dict[str | None, Any] | None = None,
@@ -690,7 +508,8 @@ def process_columns(
     ({value field, or None for the bare value: numeric array} for the aggregation's inputs) or ``values`` (the
     record values). Null keys and values, invalid timestamps and late records are dropped and counted as the
     record path does. Returns False after falling back to the record path."""
-    plan = proc._plan
+    seal(state)  # the batch path may turn entries into columns: fix the record cache's entries first
+    plan = state.plan
     n = len(keys)
     if values is None and fields is None:
         raise ValueError("process_columns needs fields or values")
@@ -705,7 +524,7 @@ def process_columns(
 
     def fallback() -> bool:
         stamps = timestamps.tolist() if hasattr(timestamps, "tolist") else timestamps
-        _record_path(proc, list(zip(keys, record_values(), stamps)))
+        _record_path(state, list(zip(keys, record_values(), stamps)))
         return False
 
     if plan is None:
@@ -714,8 +533,8 @@ def process_columns(
         missing = sorted({str(f) for kind, f in plan if kind != "count" and f not in fields})  # type: ignore[operator]
         if missing:
             raise ValueError(f"process_columns: fields lacks the aggregation input(s) {', '.join(missing)}")
-    td, grace = proc.td, proc.grace
-    ids = _Ids()  # keys -> ids in order of first appearance, in one pass
+    td, grace = state.td, state.grace
+    ids = KeyIds()  # keys -> ids in order of first appearance, in one pass
     all_id = np.fromiter(map(ids.__getitem__, keys), _I64, n)
     null_key = all_id == ids[None] if None in ids else np.zeros(n, bool)
     null_value = np.zeros(n, bool) if varr is None else np.equal(varr, None)
@@ -724,7 +543,7 @@ def process_columns(
         return fallback()
     invalid = null_key | null_value | bad_ts
     valid_ts = np.where(invalid, -1, ts)
-    st_run = np.maximum.accumulate(np.maximum(valid_ts, proc.observed_stream_time)) if n else valid_ts
+    st_run = np.maximum.accumulate(np.maximum(valid_ts, state.observed_stream_time)) if n else valid_ts
     close = st_run - grace
     late = ~invalid & (ts + td < close)
     if (~invalid & ~late & (ts < close)).any():  # partially late (R22b): only the record path is exact
@@ -755,13 +574,14 @@ def process_columns(
             continue
         if fields is not None and field in fields:
             col = np.asarray(fields[field])[acc_idx]
-            col = _column(col.tolist(), kind) if col.dtype == object else col
+            col = column(col.tolist(), kind) if col.dtype == object else col
             if col is not None and col.dtype.kind == "f" and (kind in ("sum", "mean") or np.isnan(col).any()):
                 col = None
             if col is not None and col.dtype.kind in "iu":
-                col = col.astype(_I64, copy=False)
-                if len(col) and int(np.abs(col).max()) * max(len(col), 1) >= _LIMIT:
-                    col = None
+                if len(col) and (int(col.max()) >= _LIMIT or magnitude(col.astype(_I64)) * len(col) >= _LIMIT):
+                    col = None  # sums could leave int64 (uint64 beyond it included): the record path is exact
+                else:
+                    col = col.astype(_I64, copy=False)
             elif col is not None and col.dtype.kind == "f":
                 col = col.astype(_F64, copy=False)  # float32 too: the state holds float64 columns
             elif col is not None:
@@ -769,7 +589,7 @@ def process_columns(
         else:
             try:
                 vals = record_values()
-                col = _column([vals[i] if field is None else vals[i][field] for i in acc_idx.tolist()], kind)
+                col = column([vals[i] if field is None else vals[i][field] for i in acc_idx.tolist()], kind)
             except (KeyError, TypeError, IndexError):
                 col = None
         if col is None:
@@ -777,26 +597,26 @@ def process_columns(
         parts_new.append(col)
 
     # prepare every key before changing anything, so a fallback leaves no trace
-    store = proc.store
-    composite = isinstance(proc.aggregation, Composite)
+    store = state.store
+    composite = isinstance(state.aggregation, Composite)
     kws = []
     acc_ts = ts[acc_idx]
-    new_kinds = _kinds(parts_new)
+    new_kinds = part_kinds(parts_new)
     for k, key in enumerate(batch_keys):
         kw = store.keys.get(key)
         if kw is None:
-            kw = store._load(key, columns=True)  # a key stored as columns stays columns (no entries round trip)
+            kw = store.load(key, columns=True)  # a key stored as columns stays columns (no entries round trip)
             if kw is None:
-                kw = store.keys[key] = _new_kw()
-        if not _columnize(kw, plan, composite):
+                kw = store.keys[key] = KeyWindows()
+        if not columnize(kw, plan, composite):
             return fallback()
         # the key's columns and the batch's must have one dtype per part (they are stored as int64 rows)
         if len(kw.cols) and kw.cols.kinds != new_kinds:
             return fallback()
         for i, p in enumerate(parts_new):
-            if p is not None and len(kw.raw_ts) and kw.raw_cols[i].dtype != p.dtype:
+            if p is not None and len(kw.raw.ts) and kw.raw.cols[i].dtype != p.dtype:  # type: ignore[union-attr]
                 return fallback()
-        if key in proc.flagged_keys and not _consistent_with_r3(td, plan, kw, acc_ts[key_id == k]):
+        if key in state.flagged_keys and not _consistent_with_r3(td, plan, kw, acc_ts[key_id == k]):
             return fallback()
         kws.append(kw)
 
@@ -804,18 +624,18 @@ def process_columns(
     if len(acc_idx) and res is None:
         return fallback()
     close_at = None  # close mode: the close of the batch's last non-early accepted record (its emission round)
-    if proc._close and res is not None:
+    if state.is_close and res is not None:
         non_early = np.flatnonzero(acc_ts >= td)
         if len(non_early):
             close_at = int(st_run[acc_idx[non_early[-1]]]) - grace
-            if not _emission_visible(proc, res, close_at):
+            if not _emission_visible(state, res, close_at):
                 return fallback()
 
     # commit
-    stats = proc.stats
+    stats = state.stats
     stats.records += n
     if n:
-        proc.observed_stream_time = int(st_run[-1])
+        state.observed_stream_time = int(st_run[-1])
     reason_of = np.zeros(n, np.int8)  # 0 kept; 1 null key; 2 null value; 3 invalid timestamp; 4 late
     reason_of[late] = 4
     reason_of[bad_ts] = 3
@@ -825,12 +645,12 @@ def process_columns(
     stats.dropped_null += int(counts_by[1] + counts_by[2])
     stats.dropped_invalid_timestamp += int(counts_by[3])
     stats.dropped_late += int(counts_by[4])
-    if proc.collect_drops:
+    if state.collect_drops:
         reasons = (None, DropReason.NULL_KEY, DropReason.NULL_VALUE, DropReason.INVALID_TIMESTAMP, DropReason.LATE)
         dropped_values = record_values()
         for i in np.flatnonzero(reason_of).tolist():  # arrival order, like the record path
             # invalid records do not advance stream time, so st_run[i] is the stream time at the drop
-            proc._drop(keys[i], dropped_values[i], timestamps[i], reasons[reason_of[i]], int(st_run[i]))
+            drop(state, keys[i], dropped_values[i], timestamps[i], reasons[reason_of[i]], int(st_run[i]))
     stats.accepted += len(acc_idx)
     if res is None:
         return True
@@ -838,7 +658,7 @@ def process_columns(
     out = res.flushed
     stats.windows_created += res.created
     stats.windows_updated += len(out) - res.created
-    store._size += res.created
+    store.size += res.created
     start = res.starts[out]
     local = start & _LOCAL
     if len(out):
@@ -861,40 +681,26 @@ def process_columns(
     store.dirty.update(batch_keys)
     m = _store(kws, res, store.purge_bound())
     store.expired += m
-    store._size -= m
-    if proc._close:
-        _close_windows(proc, batch_keys, res, close_at)
+    store.size -= m
+    if state.is_close:
+        _close_windows(state, batch_keys, res, close_at)
         return True
 
-    seg = {
-        "keys": batch_keys,
-        "key_id": start >> _SHIFT,
-        "start": local,
-        "ts": res.ts[out],
-        "count": res.counts[out],
-        "parts": [None if p is None else p[out] for p in res.parts],
-    }
-    if proc._dirty:  # keep the last-write order across record-path writes and this batch
-        proc._segments.append(("dict", proc._dirty))
-        proc._dirty = {}
-    proc._segments.append(("cols", seg))
+    cache = sealed(state)
+    if cache:  # keep the last-write order across record-path writes and this batch
+        state.segments.append(CachedWrites(cache))
+        replace(state, {})
+    state.segments.append(
+        ColumnWrites(
+            batch_keys,
+            start >> _SHIFT,
+            local,
+            res.ts[out],
+            res.counts[out],
+            [None if p is None else p[out] for p in res.parts],
+        )
+    )
     return True
-
-
-class _Ids(dict):  # type: ignore[type-arg]
-    """``ids[key]``: the key's id, a new one (0, 1, ...) for a key not seen yet."""
-
-    def __missing__(self, key: Hashable) -> int:
-        i = self[key] = len(self)
-        return i
-
-
-def _object_array(items: Sequence[Any]) -> np.ndarray:
-    """A 1-d object array of ``items`` (tuples stay elements)."""
-    out = np.empty(len(items), dtype=object)
-    for i, item in enumerate(items):
-        out[i] = item
-    return out
 
 
 def _values_from_fields(fields: dict[str | None, Any], n: int) -> list[Any]:
@@ -905,90 +711,84 @@ def _values_from_fields(fields: dict[str | None, Any], n: int) -> list[Any]:
     return [dict(zip(names, row)) for row in zip(*cols)] if names else [1] * n
 
 
-def _new_kw() -> "KeyWindows":
-    from .store import KeyWindows
-
-    return KeyWindows()
-
-
-def _record_path(proc: "SlidingWindowProcessor", records: Sequence[tuple[Hashable, Any, Any]]) -> None:
-    process = proc.process
-    if proc._close:  # what emit-on-close forwards waits for the flush, as the batch path's emissions do
+def _record_path(state: EngineState, records: Sequence[tuple[Hashable, Any, Any]]) -> None:
+    process = record_step(state)
+    if state.is_close:  # what emit-on-close forwards waits for the flush, as the batch path's emissions do
         out: list = []
         for key, value, ts in records:
             out.extend(process(key, value, ts))
         if out:
-            proc._closed.append(("updates", out))
+            state.closed.append(EmittedUpdates(out))
         return
     for key, value, ts in records:
         process(key, value, ts)
 
 
 # --------------------------------------------------------------------------------------------- emit on close
-def _emission_visible(proc: "SlidingWindowProcessor", res: _Written, close: int) -> bool:
+def _emission_visible(state: EngineState, res: _Written, close: int) -> bool:
     """Whether every window the round at ``close`` may emit (waiting ones and the batch's new ones, starts in
     ``[lower, upper]``) is still above the retention bound once the batch is stored: then emitting them after the
     batch gives what emitting after each record gives (R29 loses nothing more). Checked before anything changes."""
-    bounds = proc._emission_bounds(close)
+    bounds = emission_bounds(state, close)
     if bounds is None:
         return True
     lower, upper = bounds
-    store = proc.store
+    store = state.store
     local = res.starts & _LOCAL
     top = int(local.max()) if len(local) else NO_TIMESTAMP
-    lag = store._read_lag
+    lag = store.read_lag
     if lag is None:
         return True
     bound = max(store.store_time, top) - lag
     new = local[res.new]
     if int(new[(new >= lower) & (new <= upper)].min(initial=bound)) < bound:
         return False
-    return not proc._pending_close.any_in(lower, min(upper, bound - 1))
+    return not state.pending_close.any_in(lower, min(upper, bound - 1))
 
 
-def _close_windows(proc: "SlidingWindowProcessor", keys: list[Hashable], res: _Written, close: int | None) -> None:
+def _close_windows(state: EngineState, keys: list[Hashable], res: _Written, close: int | None) -> None:
     """After a stored batch in close mode: its new windows wait for their close, then the round at ``close``
-    (``_maybe_emit_final``, reading columns) emits the closed ones into ``proc._closed``."""
+    (``record.maybe_emit_final``, reading columns) emits the closed ones into ``state.closed``."""
     new = res.starts[res.new]
-    proc._pending_close.add_run(new & _LOCAL, [keys[k] for k in (new >> _SHIFT).tolist()])
+    state.pending_close.add_run(new & _LOCAL, [keys[k] for k in (new >> _SHIFT).tolist()])
     if close is None:
         return
-    bounds = proc._emission_bounds(close)
+    bounds = emission_bounds(state, close)
     if bounds is None:
         return
     lower, upper = bounds
-    store = proc.store
+    store = state.store
     bound = max(lower, store.read_bound())
     # the round's windows in emission order ((start, key bytes), R27), then read key by key; those below the
     # time-ordered store's retention are never emitted (R29)
-    starts, popped = proc._pending_close.pop_through(upper)
+    starts, popped = state.pending_close.pop_through(upper)
     S = np.asarray(starts, _I64)
     if len(S) and S[0] < bound:  # ascending: those below the bound come first
         j = int(S.searchsorted(bound))
         S, popped = S[j:], popped[j:]
     n = len(S)
-    ids = _Ids()
+    ids = KeyIds()
     kid = np.fromiter((ids[k] for k in popped), _I64, n)
-    kws = [store._load(key, columns=True) for key in ids]
+    kws = [store.load(key, columns=True) for key in ids]
     held = [kw.cols for kw in kws if kw is not None]
     emitted = 0
     if any(c is None for c in held) or len({c.kinds for c in held}) > 1:
         # a key the record path left as entries, or keys whose parts differ in type (int / float): per window
-        closed = proc._final_updates(zip(S.tolist(), popped))
-        proc._closed.append(("updates", closed))
+        closed = final_updates(state, zip(S.tolist(), popped))
+        state.closed.append(EmittedUpdates(closed))
         emitted = len(closed)
     elif n:
         found = np.zeros(n, bool)
         ts = np.zeros(n, _I64)
         counts = np.zeros(n, _I64)
-        parts: list[Any] = [None] * len(proc._plan)  # type: ignore[arg-type]
+        parts: list[Any] = [None] * len(state.plan)  # type: ignore[arg-type]
         by_key = np.argsort(kid, kind="stable")
         edges = np.searchsorted(kid[by_key], np.arange(len(kws) + 1)).tolist()
         for u, kw in enumerate(kws):
             if kw is None:
                 continue
             c = kw.cols
-            r = by_key[edges[u]:edges[u + 1]]
+            r = by_key[edges[u] : edges[u + 1]]
             want = S[r]
             at = c.starts.searchsorted(want)
             ok = at < len(c.starts)
@@ -1005,114 +805,7 @@ def _close_windows(proc: "SlidingWindowProcessor", keys: list[Hashable], res: _W
                     parts[j][r] = p[at]
         keep = np.flatnonzero(found)
         parts = [None if p is None else p[keep] for p in parts]
-        proc._closed.append(("cols", {"key": [popped[i] for i in keep.tolist()], "start": S[keep],
-                                      "ts": ts[keep], "count": counts[keep], "parts": parts}))
+        state.closed.append(EmittedColumns([popped[i] for i in keep.tolist()], S[keep], ts[keep], counts[keep], parts))
         emitted = len(keep)
-    proc.stats.updates_emitted += emitted
-    proc.last_emit_close_time = close
-
-
-def _finished(proc: "SlidingWindowProcessor", parts: list[Any], count: np.ndarray) -> dict[str, Any]:
-    """Finished aggregate columns by output name from the batch path's part columns."""
-    agg = proc.aggregation
-    names = [p.name for p in agg.parts] if isinstance(agg, Composite) else [agg.name]
-    values = {}
-    for name, (kind, _f), col in zip(names, proc._plan, parts):  # type: ignore[arg-type]
-        if kind == "count":
-            values[name] = count
-        elif kind == "mean":
-            values[name] = col / count
-        else:
-            values[name] = col
-    return values
-
-
-def closed_updates(proc: "SlidingWindowProcessor") -> list[WindowUpdate]:
-    """Close mode: the windows emitted since the last flush, as updates (then forgotten)."""
-    segments, proc._closed = proc._closed, []
-    out: list[WindowUpdate] = []
-    composite = isinstance(proc.aggregation, Composite)
-    td = proc.td
-    for kind, seg in segments:
-        if kind == "updates":
-            out.extend(seg)
-            continue
-        values = {n: col.tolist() for n, col in _finished(proc, seg["parts"], seg["count"]).items()}
-        rows = [dict(zip(values, v)) for v in zip(*values.values())] if composite else next(iter(values.values()))
-        out.extend(_new_update(WindowUpdate, (k, s, s + td, v, t, c)) for k, s, v, t, c in zip(
-            seg["key"], seg["start"].tolist(), rows, seg["ts"].tolist(), seg["count"].tolist()))
-    return out
-
-
-# ------------------------------------------------------------------------------------------------- output
-def pending_entries(proc: "SlidingWindowProcessor") -> dict[tuple[Hashable, int], tuple[Any, int, int]]:
-    """All unflushed writes (columnar segments and record-path cache), last write last."""
-    plan = proc._plan
-    composite = isinstance(proc.aggregation, Composite)
-    out: dict[tuple[Hashable, int], tuple[Any, int, int]] = {}
-    for kind, seg in proc._segments + [("dict", proc._dirty)]:
-        if kind == "dict":
-            items = seg.items()
-        else:
-            counts = seg["count"].tolist()
-            accs = _accs(plan, composite, counts, seg["parts"])  # type: ignore[arg-type]
-            keys = seg["keys"]
-            items = (
-                ((keys[k], s), (a, t, n))
-                for k, s, a, t, n in zip(seg["key_id"].tolist(), seg["start"].tolist(), accs, seg["ts"].tolist(), counts)
-            )
-        for k, v in items:
-            out.pop(k, None)
-            out[k] = v
-    proc._segments = []
-    proc._dirty = {}
-    return out
-
-
-def flush_columns(proc: "SlidingWindowProcessor") -> dict[str, Any]:
-    """The update-mode flush as columns: ``key`` (list), ``start``, ``end``, ``ts``, ``count`` (int64 arrays)
-    and ``values`` {output name: array} of finished aggregates; rows in last-write order. When the rows come
-    from one batch-path segment, also ``key_table`` (distinct keys) and ``key_id`` (int64 array):
-    ``key[i] == key_table[key_id[i]]``."""
-    plan = proc._plan
-    agg = proc.aggregation
-    names = [p.name for p in agg.parts] if isinstance(agg, Composite) else [agg.name]
-    segs = proc._segments
-    closed = proc._closed
-    if closed and len(closed) == 1 and closed[0][0] == "cols":  # close mode, one batch-path emission round
-        seg = closed[0][1]
-        proc._closed = []
-        return {"key": seg["key"], "start": seg["start"], "end": seg["start"] + proc.td, "ts": seg["ts"],
-                "count": seg["count"], "values": _finished(proc, seg["parts"], seg["count"])}
-    if plan is not None and len(segs) == 1 and not proc._dirty:
-        seg = segs[0][1]
-        proc._segments = []
-        keys = seg["keys"]
-        start = seg["start"]
-        count = seg["count"]
-        values = _finished(proc, seg["parts"], count)
-        proc.stats.updates_emitted += len(start)
-        return {
-            "key": _object_array(keys)[seg["key_id"]].tolist(),
-            "key_table": keys,  # the same keys as ids into a table of distinct keys (encoders use them)
-            "key_id": seg["key_id"],
-            "start": start,
-            "end": start + proc.td,
-            "ts": seg["ts"],
-            "count": count,
-            "values": values,
-        }
-    updates = proc.flush()
-    start = np.fromiter((u.start for u in updates), _I64, len(updates))
-    if isinstance(agg, Composite):
-        values = {n: np.array([u.value[n] for u in updates]) for n in names}
-    else:
-        values = {names[0]: np.array([u.value for u in updates])}
-    return {
-        "key": [u.key for u in updates],
-        "start": start,
-        "end": start + proc.td,
-        "ts": np.fromiter((u.ts for u in updates), _I64, len(updates)),
-        "count": np.fromiter((u.count for u in updates), _I64, len(updates)),
-        "values": values,
-    }
+    state.stats.updates_emitted += emitted
+    state.last_emit_close_time = close

@@ -36,7 +36,7 @@ class _Run:
     """Windows added together: ``starts`` ascending (int64), ``keys`` in the same order; ``pos``: the first
     one not popped yet."""
 
-    __slots__ = ("starts", "keys", "pos")
+    __slots__ = ("keys", "pos", "starts")
 
     def __init__(self, starts: np.ndarray, keys: list[Hashable]) -> None:
         self.starts = starts
@@ -71,7 +71,7 @@ class PendingWindows:
         self._runs.append(_Run(starts[order], [keys[i] for i in order.tolist()]))
         if len(self._runs) > MAX_RUNS:
             runs, self._runs = self._runs, []
-            self.add_run(np.concatenate([r.starts[r.pos:] for r in runs]), [k for r in runs for k in r.keys[r.pos:]])
+            self.add_run(np.concatenate([r.starts[r.pos :] for r in runs]), [k for r in runs for k in r.keys[r.pos :]])
 
     def any_in(self, lower: int, upper: int) -> bool:
         """Whether a window with ``lower <= start <= upper`` waits (both bounds inclusive)."""
@@ -105,12 +105,12 @@ class PendingWindows:
         for r in self._runs:
             j = int(r.starts.searchsorted(upper, "right"))
             if j > r.pos:
-                starts.append(r.starts[r.pos:j])
-                keys.extend(r.keys[r.pos:j])
+                starts.append(r.starts[r.pos : j])
+                keys.extend(r.keys[r.pos : j])
                 r.pos = j
             if r.pos < len(r.keys):
                 if r.pos > len(r.keys) // 2:  # drop the popped half, so a run's memory follows what waits
-                    r.starts, r.keys, r.pos = r.starts[r.pos:], r.keys[r.pos:], 0
+                    r.starts, r.keys, r.pos = r.starts[r.pos :], r.keys[r.pos :], 0
                 runs.append(r)
         self._runs = runs
         if not starts:  # the heap's pops are in order already
@@ -124,17 +124,19 @@ class PendingWindows:
         """Every waiting window ``(start, key)``, in no particular order (state and tests)."""
         out = [(s, k) for s, _kb, k in self._heap]
         for r in self._runs:
-            out.extend(zip(r.starts[r.pos:].tolist(), r.keys[r.pos:]))
+            out.extend(zip(r.starts[r.pos :].tolist(), r.keys[r.pos :]))
         return out
 
     def to_state(self) -> dict[str, Any]:
         """A picklable form (:meth:`from_state` restores it): all starts as one int64 array, keys alongside."""
         heap_starts = np.fromiter((s for s, _kb, _k in self._heap), _I64, len(self._heap))
-        return {"starts": np.concatenate([heap_starts, *(r.starts[r.pos:] for r in self._runs)]),
-                "keys": [k for _s, _kb, k in self._heap] + [k for r in self._runs for k in r.keys[r.pos:]]}
+        return {
+            "starts": np.concatenate([heap_starts, *(r.starts[r.pos :] for r in self._runs)]),
+            "keys": [k for _s, _kb, k in self._heap] + [k for r in self._runs for k in r.keys[r.pos :]],
+        }
 
     @classmethod
-    def from_state(cls, state: Any) -> "PendingWindows":
+    def from_state(cls, state: Any) -> PendingWindows:
         """Inverse of :meth:`to_state`; also takes the earlier form, a list of ``(start, key bytes, key)``."""
         p = cls()
         if isinstance(state, dict):

@@ -27,23 +27,25 @@ import struct
 from array import array
 from collections.abc import Hashable, Iterable
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import numpy as np
+
+from .aggregations import Aggregation, Composite
+from .columns import Cols, batch_plan, materialize, set_raw
 from .pending import PendingWindows
-from .store import KeyWindows
+from .state import EngineState
+from .store import KeyWindows, RawRecords
 from .updates import ProcessorStats
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .processor import SlidingWindowProcessor
 
 __all__ = [
     "StateFormatError",
-    "encode_key_windows",
-    "decode_key_windows",
-    "entries_from_columns",
-    "encode_meta",
     "apply_meta",
+    "decode_key_windows",
     "dump_processor",
+    "encode_key_windows",
+    "encode_meta",
+    "entries_from_columns",
     "load_processor_state",
 ]
 
@@ -98,23 +100,26 @@ def _encode_columns(kw: KeyWindows) -> bytes:
     """Format 2: a batch-path key's numpy columns as they are (see the module docstring)."""
     c = kw.cols
     parts = list(c.parts)
-    raw_cols = list(kw.raw_cols or ())
+    raw = kw.raw
+    raw_cols = list(raw.cols) if raw is not None else []
     if len(raw_cols) != len(parts):
         raise StateFormatError(f"{len(parts)} window columns but {len(raw_cols)} raw columns")
     codes = bytes([_type_code(x) for x in parts] + [_type_code(x) for x in raw_cols])
-    arrays = [c.starts, c.ts, c.counts, *(x for x in parts if x is not None), kw.raw_ts,
-              *(x for x in raw_cols if x is not None)]
-    chunks = [_COLUMNS_HEADER.pack(KEY_FORMAT_COLUMNS, len(c.starts), len(kw.raw_ts), len(parts)), codes]
+    arrays = [
+        c.starts,
+        c.ts,
+        c.counts,
+        *(x for x in parts if x is not None),
+        raw.ts,  # type: ignore[union-attr]
+        *(x for x in raw_cols if x is not None),
+    ]
+    chunks = [_COLUMNS_HEADER.pack(KEY_FORMAT_COLUMNS, len(c.starts), len(raw.ts), len(parts)), codes]  # type: ignore[union-attr]
     chunks.extend(a.astype(t, copy=False).tobytes() for a, t in zip(arrays, _column_dtypes(codes, len(parts))))
     return b"".join(chunks)
 
 
 def _decode_columns(data: bytes) -> KeyWindows:
     """Inverse of :func:`_encode_columns`: a key held as columns (writable arrays)."""
-    import numpy as np
-
-    from .batch import Cols, set_raw
-
     if len(data) < _COLUMNS_HEADER.size:
         raise StateFormatError("key state blob is truncated")
     _version, n, m, p = _COLUMNS_HEADER.unpack_from(data)
@@ -144,6 +149,7 @@ def encode_key_windows(kw: KeyWindows) -> bytes:
     starts = kw.starts
     n = len(starts)
     entries = kw.entries
+    raw = kw.raw
     deltas = [starts[0]] + [starts[i] - starts[i - 1] for i in range(1, n)] if n else []
     rows = [entries[s] for s in starts]
     return b"".join(
@@ -152,7 +158,9 @@ def encode_key_windows(kw: KeyWindows) -> bytes:
             _int64_bytes(deltas),
             _int64_bytes(r[1] for r in rows),
             _int64_bytes(r[2] for r in rows),
-            pickle.dumps(([r[0] for r in rows], kw.raw_ts, kw.raw_cols), protocol=5),
+            pickle.dumps(
+                ([r[0] for r in rows], None if raw is None else raw.ts, None if raw is None else raw.cols), protocol=5
+            ),
         )
     )
 
@@ -166,8 +174,9 @@ def decode_key_windows(data: bytes) -> KeyWindows:
     if version == KEY_FORMAT_COLUMNS:
         return _decode_columns(data)
     if version != KEY_FORMAT:
-        raise StateFormatError(f"key state format {version} is not supported (expected {KEY_FORMAT} or "
-                               f"{KEY_FORMAT_COLUMNS})")
+        raise StateFormatError(
+            f"key state format {version} is not supported (expected {KEY_FORMAT} or {KEY_FORMAT_COLUMNS})"
+        )
     off = _HEADER.size
     width = 8 * n
     if len(view) < off + 3 * width:
@@ -179,8 +188,8 @@ def decode_key_windows(data: bytes) -> KeyWindows:
     if len(accs) != n:
         raise StateFormatError(f"key state blob holds {len(accs)} aggregates for {n} windows")
     kw = KeyWindows()
-    kw.raw_ts = raw_ts
-    kw.raw_cols = raw_cols
+    if raw_ts is not None:
+        kw.raw = RawRecords(raw_ts, raw_cols)
     s = 0
     starts = kw.starts
     entries = kw.entries
@@ -191,85 +200,84 @@ def decode_key_windows(data: bytes) -> KeyWindows:
     return kw
 
 
-def entries_from_columns(kw: KeyWindows, aggregation: Any) -> None:
+def entries_from_columns(kw: KeyWindows, aggregation: Aggregation) -> None:
     """Turn a key read as columns (format 2) into entries, for a processor without the batch path."""
-    from .aggregations import Composite
-    from .batch import _materialize, batch_plan
-
     plan = batch_plan(aggregation)
     if plan is None:
         raise StateFormatError("columnar key state was written for an aggregation this processor does not have")
-    _materialize(kw, plan, isinstance(aggregation, Composite))
+    materialize(kw, plan, isinstance(aggregation, Composite))
 
 
-def encode_meta(proc: "SlidingWindowProcessor") -> bytes:
-    """The task meta of a processor (everything but the key blobs)."""
-    store = proc.store
-    if proc._segments:  # unflushed batch-path writes: keep them, in last-write order, as cache entries
-        from .batch import pending_entries
-
-        proc._dirty = pending_entries(proc)
+def encode_meta(state: EngineState, unflushed: dict[tuple[Hashable, int], Any]) -> bytes:
+    """The task meta of an engine state (everything but the key blobs); ``unflushed``: its unflushed writes,
+    last write last (``output.unflushed``). Reads only: the state is left as it is."""
+    store = state.store
     meta = {
         "format": META_FORMAT,
-        "td": proc.td,
-        "grace": proc.grace,
-        "emit": proc.emit.value,
-        "observed_stream_time": proc.observed_stream_time,
-        "last_emit_close_time": proc.last_emit_close_time,
+        "td": state.td,
+        "grace": state.grace,
+        "emit": state.emit.value,
+        "observed_stream_time": state.observed_stream_time,
+        "last_emit_close_time": state.last_emit_close_time,
         "store_time": store.store_time,
         "key_max_start": store.key_max_start,
         "expired": store.expired,
-        "pending_close": proc._pending_close.to_state(),
-        "unflushed": proc._dirty,
-        "flagged_keys": proc.flagged_keys,
-        "stats": [getattr(proc.stats, f.name) for f in fields(ProcessorStats)],
+        "pending_close": state.pending_close.to_state(),
+        "unflushed": unflushed,
+        "flagged_keys": state.flagged_keys,
+        "stats": [getattr(state.stats, f.name) for f in fields(ProcessorStats)],
     }
     return pickle.dumps(meta, protocol=5)
 
 
-def apply_meta(proc: "SlidingWindowProcessor", data: bytes) -> None:
-    """Restore :func:`encode_meta` output into a fresh processor of the same definition."""
+def apply_meta(state: EngineState, data: bytes) -> dict[tuple[Hashable, int], Any]:
+    """Restore :func:`encode_meta` output into a fresh engine state of the same definition; returns the
+    unflushed writes it held (the caller puts them back into its record cache)."""
     meta: dict[str, Any] = pickle.loads(data)
     if not isinstance(meta, dict) or meta.get("format") != META_FORMAT:
-        raise StateFormatError(f"task meta format {meta.get('format') if isinstance(meta, dict) else '?'} is not supported")
-    for name, expected in (("td", proc.td), ("grace", proc.grace), ("emit", proc.emit.value)):
+        raise StateFormatError(
+            f"task meta format {meta.get('format') if isinstance(meta, dict) else '?'} is not supported"
+        )
+    for name, expected in (("td", state.td), ("grace", state.grace), ("emit", state.emit.value)):
         if meta[name] != expected:
             raise StateFormatError(
                 f"state was written with {name}={meta[name]!r} but the processor has {name}={expected!r}; "
                 "use a new checkpoint for a new window definition"
             )
-    proc.observed_stream_time = meta["observed_stream_time"]
-    proc.last_emit_close_time = meta["last_emit_close_time"]
-    store = proc.store
+    state.observed_stream_time = meta["observed_stream_time"]
+    state.last_emit_close_time = meta["last_emit_close_time"]
+    store = state.store
     store.store_time = meta["store_time"]
     store.key_max_start = dict(meta["key_max_start"])
     store.expired = meta["expired"]
-    proc._pending_close = PendingWindows.from_state(meta["pending_close"])
-    proc._dirty = dict(meta["unflushed"])
-    proc.flagged_keys = set(meta["flagged_keys"])
+    state.pending_close = PendingWindows.from_state(meta["pending_close"])
+    state.flagged_keys = set(meta["flagged_keys"])
     for f, value in zip(fields(ProcessorStats), meta["stats"]):
-        setattr(proc.stats, f.name, value)
+        setattr(state.stats, f.name, value)
+    return dict(meta["unflushed"])
 
 
-def dump_processor(proc: "SlidingWindowProcessor") -> bytes:
+def dump_processor(state: EngineState, unflushed: dict[tuple[Hashable, int], Any]) -> bytes:
     """A whole-task snapshot: meta plus every key's windows."""
-    store = proc.store
+    store = state.store
     keys: dict[Hashable, bytes] = {}
     for key in store.key_max_start:
-        kw = store._load(key)
+        kw = store.load(key)
         if kw is not None and kw.starts:
             keys[key] = encode_key_windows(kw)
-    return pickle.dumps({"format": SNAPSHOT_FORMAT, "meta": encode_meta(proc), "keys": keys}, protocol=5)
+    return pickle.dumps({"format": SNAPSHOT_FORMAT, "meta": encode_meta(state, unflushed), "keys": keys}, protocol=5)
 
 
-def load_processor_state(proc: "SlidingWindowProcessor", data: bytes) -> None:
-    """Restore a :func:`dump_processor` snapshot into a fresh processor."""
+def load_processor_state(state: EngineState, data: bytes) -> dict[tuple[Hashable, int], Any]:
+    """Restore a :func:`dump_processor` snapshot into a fresh engine state; returns the unflushed writes (see
+    :func:`apply_meta`)."""
     snap = pickle.loads(data)
     if not isinstance(snap, dict) or snap.get("format") != SNAPSHOT_FORMAT:
         raise StateFormatError("task snapshot format is not supported")
-    apply_meta(proc, snap["meta"])
-    store = proc.store
+    unflushed = apply_meta(state, snap["meta"])
+    store = state.store
     for key, blob in snap["keys"].items():
         kw = decode_key_windows(blob)
         store.keys[key] = kw
-        store._size += len(kw)
+        store.size += len(kw)
+    return unflushed

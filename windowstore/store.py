@@ -29,9 +29,19 @@ from __future__ import annotations
 import enum
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["Visibility", "WindowStore", "KeyWindows", "StoredWindow"]
+__all__ = [
+    "NO_TIMESTAMP",
+    "Columnar",
+    "KeyWindows",
+    "LazyRun",
+    "RawRecords",
+    "StoredWindow",
+    "Visibility",
+    "WindowStore",
+    "key_bytes",
+]
 
 NO_TIMESTAMP = -1
 
@@ -47,87 +57,115 @@ class Visibility(enum.Enum):
     UNBOUNDED = "unbounded"
 
 
+class RawRecords:
+    """Batch path only: one key's accepted records within retention, from which it recomputes windows (R30).
+
+    ``ts`` ascending (arrival order within a timestamp) and ``cols``: per aggregation part the numeric value
+    each record contributes (``None`` for a count part). Python lists while the record path holds the key;
+    numpy arrays while the batch path does, then the rows of the int64 matrix ``matrix`` (float64 values as
+    their bits; None: not built yet, see ``columns.raw_matrix``)."""
+
+    __slots__ = ("cols", "matrix", "ts")
+
+    def __init__(self, ts: Any, cols: list[Any], matrix: Any = None) -> None:
+        self.ts = ts
+        self.cols = cols
+        self.matrix = matrix
+
+
+class LazyRun:
+    """A key's lazy run (update mode, exact Count/Sum: windowstore/lazy.py) and what it knows of the key.
+
+    When a key's records arrive in order, every record adds to the same suffix of its windows (those starting
+    after ``t - td``). Instead of writing each of them, the lazy path adds to the run totals ``g`` (acc) and
+    ``c`` (count) and sets ``t`` (max ts); the windows with ``start >= act`` then hold their values minus the
+    run totals, and their max ts is ``t``. ``end``/``seq``: the newest start written by the run's last record
+    and the write sequence number before it (that record wrote ``end`` first: window ``k`` places before it
+    got ``seq + 1 + k``). :meth:`KeyWindows.settle` writes the real values (and record-cache stamps) back;
+    :attr:`KeyWindows.entries` settles first, so every reader outside the hot loop sees real values."""
+
+    __slots__ = ("act", "c", "end", "exact", "g", "kmax", "seq", "t")
+
+    def __init__(self) -> None:
+        #: the oldest start in the run (None: no run, every entry holds real values)
+        self.act: int | None = None
+        self.g: Any = 0
+        self.c = 0
+        self.t = 0
+        self.end = 0
+        self.seq = 0
+        #: an upper bound of every window's max ts (None: not known yet)
+        self.kmax: int | None = None
+        #: every accumulator is an ``int`` (None: not known yet): the run's sums are then exact
+        self.exact: bool | None = None
+
+
 class KeyWindows:
     """The windows of one key: ``starts`` sorted ascending, ``entries[start] = [acc, max_ts, count]``.
 
-    Lazy run (update mode, exact Count/Sum, see :meth:`SlidingWindowProcessor._process_fast`): when a key's
-    records arrive in order, every record adds to the same suffix of its windows (those starting after
-    ``t - td``). Instead of writing each of them, the processor adds to the key's run totals ``lz_g`` (acc),
-    ``lz_c`` (count) and sets ``lz_t`` (max ts); the windows with ``start >= lz_act`` then hold their values
-    minus the run totals, and their max ts is ``lz_t``. ``lz_end``/``lz_seq``: the newest start written by the
-    run's last record and the write sequence number before it (that record wrote ``lz_end`` first: window
-    ``k`` places before it got ``lz_seq + 1 + k``). :meth:`settle` writes the real values (and record-cache
-    stamps) back; :attr:`entries` settles first, so every reader outside the record path's hot loop sees real
-    values.
+    One key, up to four representations beside its entries, each in its own attribute:
+
+    * ``starts`` / ``stored``: the entries (the record path's; :attr:`entries` gives real values);
+    * ``run``: the lazy run over the entries (:class:`LazyRun`, windowstore/lazy.py), None if never used;
+    * ``stamps`` / ``gone``: the record cache's write stamps (windowstore/cache.py);
+    * ``raw`` and ``cols``: the batch path's raw records (:class:`RawRecords`) and its numpy columns
+      (windowstore/columns.py); with ``cols`` set the entries are empty.
     """
 
-    __slots__ = ("starts", "_entries", "raw_ts", "raw_cols", "raw2d", "cols", "stamps", "gone",
-                 "lz_act", "lz_g", "lz_c", "lz_t", "lz_end", "lz_seq", "kmax", "exact")
+    __slots__ = ("cols", "gone", "raw", "run", "stamps", "starts", "stored")
 
     def __init__(self) -> None:
         self.starts: list[int] = []
-        self._entries: dict[int, list] = {}
-        #: batch path only: accepted records' timestamps (ascending, arrival order within a ts) and, per
-        #: aggregation part, the numeric value each contributes (``None`` for a count part)
-        self.raw_ts: Any = None
-        self.raw_cols: list[Any] | None = None
-        #: batch path only: ``raw_ts`` and ``raw_cols`` as the rows of one int64 matrix (None: not built yet;
-        #: see ``batch.raw_matrix``)
-        self.raw2d: Any = None
+        #: ``{start: [acc, max_ts, count]}`` as stored: inside a lazy run (see the class docstring) the run's
+        #: windows hold their values minus the run totals; :attr:`entries` gives real values
+        self.stored: dict[int, list] = {}
+        #: batch path only: the key's accepted records within retention (None: not kept)
+        self.raw: RawRecords | None = None
         #: batch path only: the same windows as numpy columns; when set, ``starts``/``entries`` are empty
-        #: and :meth:`WindowStore._load` turns them back into entries before any record-path access
+        #: and :meth:`WindowStore.load` turns them back into entries before any record-path access
         self.cols: Any = None
-        #: update mode's record cache (owned by the processor): start -> write sequence number of the windows
+        #: update mode's record cache (windowstore/cache.py): start -> write sequence number of the windows
         #: written since the last flush (None: none), and the entries of those expired before the flush
         self.stamps: dict[int, int] | None = None
         self.gone: dict[int, list] | None = None
-        #: the lazy run (see the class docstring); ``lz_act`` None: no run, every entry holds real values
-        self.lz_act: int | None = None
-        self.lz_g: Any = 0
-        self.lz_c = 0
-        self.lz_t = 0
-        self.lz_end = 0
-        self.lz_seq = 0
-        #: an upper bound of every window's max ts (None: not known yet)
-        self.kmax: int | None = None
-        #: every accumulator is an ``int`` (None: not known yet): the lazy run's sums are then exact
-        self.exact: bool | None = None
+        #: the lazy run and what it knows of the key (None: the lazy path has not touched the key)
+        self.run: LazyRun | None = None
 
     @property
     def entries(self) -> dict[int, list]:
         """``{start: [acc, max_ts, count]}`` with real values (a lazy run is settled first)."""
-        if self.lz_act is not None:
+        run = self.run
+        if run is not None and run.act is not None:
             self.settle()
-        return self._entries
+        return self.stored
 
     @entries.setter
     def entries(self, entries: dict[int, list]) -> None:
-        self.lz_act = None
-        self.kmax = None
-        self.exact = None
-        self._entries = entries
+        self.run = None
+        self.stored = entries
 
     def __len__(self) -> int:
         return len(self.starts) if self.cols is None else len(self.cols)
 
     def settle(self) -> None:
         """End the lazy run: every window of the run gets its real values (and record-cache stamp) back."""
-        act = self.lz_act
-        if act is not None:
+        run = self.run
+        if run is not None and run.act is not None:
             starts = self.starts
-            self.settle_range(bisect_left(starts, act), len(starts))
-            self.lz_act = None
+            self.settle_range(bisect_left(starts, run.act), len(starts))
+            run.act = None
 
     def settle_range(self, a: int, b: int) -> None:
         """Real values back for the run's windows at indexes ``a`` to ``b - 1`` (they leave the run)."""
         starts = self.starts
-        entries = self._entries
-        g = self.lz_g
-        c = self.lz_c
-        t = self.lz_t
-        end = self.lz_end
+        entries = self.stored
+        run: LazyRun = self.run  # type: ignore[assignment]
+        g = run.g
+        c = run.c
+        t = run.t
+        end = run.end
         stamps = self.stamps
-        top = self.lz_seq + 1 + bisect_left(starts, end)  # stamp of index x: top - x
+        top = run.seq + 1 + bisect_left(starts, end)  # stamp of index x: top - x
         for x in range(a, b):
             s = starts[x]
             e = entries[s]
@@ -140,22 +178,23 @@ class KeyWindows:
     def trim_below(self, bound: int) -> int:
         """Drop every window with start < ``bound`` (and raw records with ts < ``bound``); return how many
         windows were dropped."""
-        raw = self.raw_ts
-        if raw is not None and len(raw) and raw[0] < bound:
-            j = bisect_left(raw, bound)
-            del raw[:j]
-            for col in self.raw_cols or ():
+        raw = self.raw
+        if raw is not None and raw.ts and raw.ts[0] < bound:
+            j = bisect_left(raw.ts, bound)
+            del raw.ts[:j]
+            for col in raw.cols:
                 if col is not None:
                     del col[:j]
         starts = self.starts
         if not starts or starts[0] >= bound:
             return 0
-        if self.lz_act is not None and self.lz_act < bound:
+        run = self.run
+        if run is not None and run.act is not None and run.act < bound:
             self.settle()
         i = bisect_left(starts, bound)
         dropped = starts[:i]
         del starts[:i]
-        entries = self._entries
+        entries = self.stored
         stamps = self.stamps
         if stamps:  # written since the last flush: the flush still reports them (R21)
             gone = self.gone
@@ -169,6 +208,15 @@ class KeyWindows:
             for s in dropped:
                 del entries[s]
         return i
+
+
+class Columnar(Protocol):
+    """How the store turns a key the batch path holds as numpy columns back into entries, and trims it
+    (:class:`windowstore.columns.ColumnCodec`)."""
+
+    def materialize(self, kw: KeyWindows) -> None: ...
+
+    def trim(self, kw: KeyWindows, bound: int) -> int: ...
 
 
 class WindowStore:
@@ -192,26 +240,28 @@ class WindowStore:
         purge_margin_ms: int | None = None,
         loader: Callable[[Hashable], KeyWindows | None] | None = None,
         purge_slack_ms: int = 0,
+        columnar: Columnar | None = None,
     ) -> None:
         if retention_ms < 0:
             raise ValueError(f"retention_ms must not be negative, got {retention_ms}")
         self.retention_ms = retention_ms
         self.visibility = visibility
         self.purge_margin_ms = purge_margin_ms
-        #: read bound = store_time - _read_lag (None: unbounded); purge bound = store_time - _purge_lag
-        self._read_lag: int | None = {
+        #: read bound = store_time - read_lag (None: unbounded); purge bound = store_time - purge_lag
+        self.read_lag: int | None = {
             Visibility.KEY_FIRST: retention_ms - 1,
             Visibility.TIME_FIRST: retention_ms,
             Visibility.UNBOUNDED: None,
         }[visibility]
-        self._purge_lag = purge_margin_ms if visibility is Visibility.UNBOUNDED else self._read_lag
+        self.purge_lag = purge_margin_ms if visibility is Visibility.UNBOUNDED else self.read_lag
         if purge_slack_ms < 0:
             raise ValueError(f"purge_slack_ms must not be negative, got {purge_slack_ms}")
-        #: purge on access when the oldest start < store_time - _trim_lag (the slack only where purging is
+        #: purge on access when the oldest start < store_time - trim_lag (the slack only where purging is
         #: not what hides windows from reads)
-        self._trim_lag = (
-            None if self._purge_lag is None
-            else self._purge_lag + (purge_slack_ms if visibility is Visibility.UNBOUNDED else 0)
+        self.trim_lag = (
+            None
+            if self.purge_lag is None
+            else self.purge_lag + (purge_slack_ms if visibility is Visibility.UNBOUNDED else 0)
         )
         self.store_time = NO_TIMESTAMP
         #: windows of the keys held in memory (all keys, unless a ``loader`` brings them in on first use)
@@ -222,25 +272,29 @@ class WindowStore:
         self.dirty: set[Hashable] = set()
         self.loader = loader
         self.expired = 0
-        self._size = 0
+        #: windows held (including not-yet-purged invisible ones): every module that adds or drops windows
+        #: of a key behind the store's back (the record path's inline inserts, the batch path) adjusts it
+        self.size = 0
+        #: the batch path's columnar keys (None: every key is held as entries), see :class:`Columnar`
+        self.columnar = columnar
 
     # -- visibility -------------------------------------------------------------------------------------------
     def read_bound(self) -> int:
         """Smallest window start a read can see now (inclusive)."""
-        lag = self._read_lag
+        lag = self.read_lag
         if lag is None or self.store_time == NO_TIMESTAMP:
             return -(1 << 62)
         return self.store_time - lag
 
     def purge_bound(self) -> int:
         """Starts below this are never read again and may be dropped."""
-        lag = self._purge_lag
+        lag = self.purge_lag
         if lag is None or self.store_time == NO_TIMESTAMP:
             return -(1 << 62)
         return self.store_time - lag
 
     # -- writes -----------------------------------------------------------------------------------------------
-    def _load(self, key: Hashable, columns: bool = False) -> KeyWindows | None:
+    def load(self, key: Hashable, columns: bool = False) -> KeyWindows | None:
         """The key's windows from memory, or from the loader the first time the key is used: as entries, or
         as they are (entries or columns) with ``columns=True`` - the batch path, which would turn entries
         materialized here straight back into columns."""
@@ -250,33 +304,30 @@ class WindowStore:
                 kw = self.loader(key)
                 if kw is not None:
                     self.keys[key] = kw
-                    self._size += len(kw)
-        if not columns and kw is not None and (
-            kw.cols is not None or (kw.raw_ts is not None and not isinstance(kw.raw_ts, list))
+                    self.size += len(kw)
+        if (
+            not columns
+            and kw is not None
+            and (kw.cols is not None or (kw.raw is not None and type(kw.raw.ts) is not list))
         ):
-            self.materialize(kw)  # type: ignore[misc]  (a loaded key may come as columns too)
+            self.columnar.materialize(kw)  # type: ignore[union-attr]  # a loaded key may come as columns too
         return kw
-
-    #: set by the batch path: turns columnar windows/raw records of a key back into entries/lists
-    materialize: Callable[[KeyWindows], None] | None = None
-    #: set by the batch path: ``trim_below`` for a key held as columns
-    trim_columnar: Callable[[KeyWindows, int], int] | None = None
 
     def windows_of(self, key: Hashable) -> KeyWindows:
         """The key's windows, trimmed to what is still visible (created empty if the key is new)."""
         kw = self.keys.get(key)
-        if kw is None or kw.cols is not None or (kw.raw_ts is not None and type(kw.raw_ts) is not list):
-            kw = self._load(key)
+        if kw is None or kw.cols is not None or (kw.raw is not None and type(kw.raw.ts) is not list):
+            kw = self.load(key)
             if kw is None:
                 kw = self.keys[key] = KeyWindows()
                 return kw
         starts = kw.starts
         # purge_bound() inline: with no store time yet, store_time - lag is below every start (>= 0)
-        lag = self._trim_lag
+        lag = self.trim_lag
         if starts and lag is not None and starts[0] < self.store_time - lag:
-            n = kw.trim_below(self.store_time - self._purge_lag)  # type: ignore[operator]
+            n = kw.trim_below(self.store_time - self.purge_lag)  # type: ignore[operator]
             self.expired += n
-            self._size -= n
+            self.size -= n
             self.dirty.add(key)
         return kw
 
@@ -287,9 +338,9 @@ class WindowStore:
             self.store_time = start
         kw = self.windows_of(key)
         self.dirty.add(key)
-        kw.kmax = None
-        kw.exact = None
-        entry = kw.entries.get(start)
+        entries = kw.entries  # (settles a lazy run)
+        kw.run = None  # what the lazy run knew of the key's windows may not hold any more
+        entry = entries.get(start)
         if entry is not None:
             entry[0] = acc
             entry[1] = max_ts
@@ -301,23 +352,23 @@ class WindowStore:
         """Add a window the key does not have yet (``entry`` = ``[acc, max_ts, count]``). Returns False, storing
         nothing, when ``start`` is below the read bound: Kafka's store would keep it invisible (or drop it as
         an expired segment), so no read could ever see it."""
-        lag = self._read_lag
+        lag = self.read_lag
         if lag is not None and start < self.store_time - lag and self.store_time != NO_TIMESTAMP:
             return False
-        kw._entries[start] = entry
+        kw.stored[start] = entry
         starts = kw.starts
         if not starts or start > starts[-1]:
             starts.append(start)
             self.key_max_start[key] = start
         else:
             starts.insert(bisect_left(starts, start), start)
-        self._size += 1
+        self.size += 1
         return True
 
     # -- reads ------------------------------------------------------------------------------------------------
     def get(self, key: Hashable, start: int) -> StoredWindow | None:
         """The window of ``key`` starting at ``start`` if it exists and is visible."""
-        kw = self._load(key)
+        kw = self.load(key)
         if kw is None or start < self.read_bound():
             return None
         e = kw.entries.get(start)
@@ -325,7 +376,7 @@ class WindowStore:
 
     def fetch(self, key: Hashable, time_from: int, time_to: int) -> Iterator[StoredWindow]:
         """Windows of ``key`` with ``time_from <= start <= time_to`` (both inclusive), ascending start."""
-        kw = self._load(key)
+        kw = self.load(key)
         if kw is None:
             return
         lo = max(time_from, self.read_bound())
@@ -337,7 +388,7 @@ class WindowStore:
 
     def backward_fetch(self, key: Hashable, time_from: int, time_to: int) -> Iterator[StoredWindow]:
         """Like :meth:`fetch` but in descending start order."""
-        kw = self._load(key)
+        kw = self.load(key)
         if kw is None:
             return
         lo = max(time_from, self.read_bound())
@@ -359,7 +410,7 @@ class WindowStore:
         """Every visible window, per key in insertion order of keys, ascending start."""
         bound = self.read_bound()
         for key in list(self.keys):
-            kw = self._load(key)
+            kw = self.load(key)
             for s in kw.starts:  # type: ignore[union-attr]
                 if s >= bound:
                     e = kw.entries[s]
@@ -373,7 +424,7 @@ class WindowStore:
         bound = self.purge_bound()
         dropped = 0
         for key, kw in self.keys.items():
-            n = kw.trim_below(bound) if kw.cols is None else self.trim_columnar(kw, bound)  # type: ignore[misc]
+            n = kw.trim_below(bound) if kw.cols is None else self.columnar.trim(kw, bound)  # type: ignore[union-attr]
             if n:
                 dropped += n
                 self.dirty.add(key)
@@ -384,7 +435,7 @@ class WindowStore:
             del self.key_max_start[key]
             self.dirty.add(key)
         self.expired += dropped
-        self._size -= dropped
+        self.size -= dropped
         return dropped
 
     def clear_dirty(self) -> None:
@@ -392,7 +443,7 @@ class WindowStore:
 
     def __len__(self) -> int:
         """Number of windows held (including not-yet-purged invisible ones)."""
-        return self._size
+        return self.size
 
     def num_keys(self) -> int:
         return len(self.keys)

@@ -127,7 +127,9 @@ def test_ports_agree_with_settings_and_prometheus():
     assert "service" in SERVICES
     # Dockerfile: the exposed port and the healthcheck are the metrics port
     assert re.search(rf"^EXPOSE {s.metrics_port}$", DOCKERFILE, re.M)
-    assert f"127.0.0.1:{s.metrics_port}/metrics" in str(SERVICES["service"]["healthcheck"]["test"])
+    # healthy = processing (service/healthcheck.py reads SLIDINGWINDOW_METRICS_PORT's /metrics), in both places
+    assert SERVICES["service"]["healthcheck"]["test"] == ["CMD", "python", "-m", "service.healthcheck"]
+    assert 'CMD ["python", "-m", "service.healthcheck"]' in DOCKERFILE
     # the schema registry URL names the registry service and its listener port
     m = re.fullmatch(r"http://([\w-]+):(\d+)", s.schema_registry_url)
     assert m and m.group(1) in SERVICES

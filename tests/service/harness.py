@@ -79,12 +79,14 @@ class ServiceProcess:
         return "\n".join(keep[-lines:])
 
 
-def produce(bootstrap: str, topic: str, events: Iterable[Event]) -> dict[int, int]:
+def produce(bootstrap: str, topic: str, events: Iterable[Event], config: dict[str, Any] | None = None
+            ) -> dict[int, int]:
     """Produce in order with explicit partitions and timestamps (idempotent producer: per-partition order is
-    production order). Returns the number of records per partition."""
+    production order). Returns the number of records per partition. ``config``: extra client settings
+    (credentials of a secured broker)."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5, **(config or {})})
     counts: dict[int, int] = {}
     errors: list[Any] = []
 
@@ -111,12 +113,13 @@ class OutRecord:
     timestamp: int
 
 
-def consume_all(bootstrap: str, topic: str, timeout: float = 60) -> list[OutRecord]:
+def consume_all(bootstrap: str, topic: str, timeout: float = 60, config: dict[str, Any] | None = None
+                ) -> list[OutRecord]:
     """Everything in ``topic`` up to its current end offsets, in (partition, offset) order."""
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{time.monotonic_ns()}",
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest", **(config or {})})
     try:
         md = c.list_topics(topic, timeout=30).topics[topic]
         ends = {}

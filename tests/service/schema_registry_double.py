@@ -49,8 +49,13 @@ class _Error(Exception):
 class SchemaRegistryDouble:
     """``with SchemaRegistryDouble() as sr: sr.url`` - an in-memory registry on a free local port."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, tls_certfile: str | None = None,
+                 basic_auth: str | None = None) -> None:
+        """``tls_certfile``: serve https with this PEM (key + certificate chain); ``basic_auth``: require
+        ``user:password`` (401 otherwise), like a secured registry."""
         self._lock = threading.Lock()
+        self._tls = tls_certfile is not None
+        self.basic_auth = basic_auth
         self.schemas: dict[int, tuple[str, str, str]] = {}  # id -> (schema_str, type, canonical)
         self.by_canonical: dict[tuple[str, str], int] = {}
         self.subjects: dict[str, list[int]] = {}  # subject -> ids by version (index + 1)
@@ -86,6 +91,14 @@ class SchemaRegistryDouble:
             def _handle(self, method: str) -> None:
                 parts = urlsplit(self.path)
                 double.requests.append((method, parts.path))
+                if double.basic_auth is not None:
+                    import base64
+
+                    expected = "Basic " + base64.b64encode(double.basic_auth.encode()).decode()
+                    if self.headers.get("Authorization") != expected:
+                        self._body()
+                        self._send(401, {"error_code": 401, "message": "Unauthorized"})
+                        return
                 try:
                     body = self._body() if method in ("POST", "PUT") else None
                     status, payload = double._route(method, parts.path, body)
@@ -106,12 +119,18 @@ class SchemaRegistryDouble:
                 self._handle("DELETE")
 
         self._server = ThreadingHTTPServer((host, port), Handler)
+        if tls_certfile is not None:
+            import ssl
+
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(tls_certfile)
+            self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{'https' if self._tls else 'http'}://{host}:{port}"
 
     def start(self) -> "SchemaRegistryDouble":
         self._thread = threading.Thread(target=self._server.serve_forever, name="schema-registry-double", daemon=True)

@@ -75,6 +75,7 @@ def test_record_progress_updates_every_metric():
     e2e = [0] * (len(LATENCY_BUCKETS_MS) + 1)
     e2e[2] = 85
     observed = {"records": 100, "aggregated": 85, "late": 7, "dead_lettered": 8, "dead_deserialization": 3,
+                "dead_undecodable_value": 3, "dead_schema_mismatch": 4, "dead_number_out_of_range": 1,
                 "changelog": 60, "windows_created": 20, "windows_updated": 40, "stream_time": 1_700_000_000_500,
                 "lateness_ms_sum": 3000, "latency_ms_sum": 17000,
                 **{f"lateness_b{i}": c for i, c in enumerate(lat)}, **{f"latency_b{i}": c for i, c in enumerate(e2e)},
@@ -91,7 +92,8 @@ def test_record_progress_updates_every_metric():
     assert val("slidingwindow_records_consumed_total") - before["slidingwindow_records_consumed_total"] == 100
     assert val("slidingwindow_windows_created_total") - before["slidingwindow_windows_created_total"] == 20
     got = {r: val("slidingwindow_records_dropped_total", reason=r) - drop0[r] for r in metrics.DROP_REASONS}
-    assert got == {"late": 7, "deserialization": 3, "invalid": 5}
+    assert {r: v for r, v in got.items() if v} == {"late": 7, "undecodable-value": 3, "schema-mismatch": 4,
+                                                   "number-out-of-range": 1}
     assert val("slidingwindow_record_lateness_seconds_count") - \
         before["slidingwindow_record_lateness_seconds_count"] == 92
     assert val("slidingwindow_end_to_end_latency_seconds_count") - \
@@ -104,6 +106,21 @@ def test_record_progress_updates_every_metric():
     assert val("slidingwindow_max_offsets_behind_latest_records") == 5
     assert val("slidingwindow_consumer_lag_records", topic="in", partition="0") == 10
     assert val("slidingwindow_consumer_lag_records", topic="in", partition="1") == 0
+
+
+def test_stream_time_gauge_is_the_largest_ever_seen_not_the_last_batchs():
+    def batch(*task_times):
+        tasks = [{"topic": "in", "partition": p, "windows": 1, "stream_time": t} for p, t in enumerate(task_times)]
+        metrics.record_progress({"records": 1, "stream_time": max(task_times), "tasks": tasks}, {})
+        return val("slidingwindow_stream_time_seconds")
+
+    top = 1_800_000_000_000
+    assert batch(top, top - 5000) == pytest.approx(top / 1000)
+    # a batch touching only the partition that is behind: the gauge stays at the largest stream time
+    assert batch(-1, top - 4000) == pytest.approx(top / 1000)
+    metrics.record_progress({"records": 1, "stream_time": top - 3000}, {})  # no per-task rows either
+    assert val("slidingwindow_stream_time_seconds") == pytest.approx(top / 1000)
+    assert batch(top + 1000) == pytest.approx(top / 1000 + 1)
 
 
 def test_promtool_check_metrics_on_the_exposition():

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from windowstore import (
     Collect, Composite, Count, Field, Max, Mean, Min, SlidingWindowProcessor, SlidingWindows, Sum, Variance,
 )
-from windowstore.batch import batch_plan
+from windowstore.columns import batch_plan
 
 from .reference import save_state
 
@@ -93,7 +93,7 @@ def test_batch_path_equals_record_path(mode, case):
         assert getattr(p_bat.stats, name) == getattr(p_rec.stats, name), name
     assert p_bat.take_drops() == p_rec.take_drops()
     assert p_bat.observed_stream_time == p_rec.observed_stream_time
-    assert sorted(p_bat._pending_close.items()) == sorted(p_rec._pending_close.items())
+    assert sorted(p_bat.pending_windows()) == sorted(p_rec.pending_windows())
     assert p_bat.last_emit_close_time == p_rec.last_emit_close_time
 
 
@@ -249,7 +249,7 @@ def test_close_mode_batch_path_is_taken_on_a_clean_stream():
     _, _, taken = run(recs, 50, 100, 250, Sum, True, "close")  # a batch spans 15 windows: the record path
     assert taken == 0
     assert SlidingWindowProcessor(SlidingWindows(50, 100), Sum(), "close", emit_interval_ms=1000,
-                                  batch=True)._plan is None  # a wall-clock emit interval: record path
+                                  batch=True).batch_path is False  # a wall-clock emit interval: record path
 
 
 
@@ -302,7 +302,7 @@ def test_stored_columns_never_view_the_batch_scratch_buffers():
         assert proc.flush() == reference.flush()
         buffers = batch_module._scratch_space.bufs.values()
         for kw in proc.store.keys.values():
-            for m in (kw.cols.stacked, kw.raw2d):
+            for m in (kw.cols.stacked, kw.raw.matrix):
                 assert not any(np.shares_memory(m, buf) for buf in buffers)
 
     # one buffer per thread: a replay in another thread does not share them

@@ -67,7 +67,7 @@ def run_case(case: dict[str, Any]) -> tuple[list[tuple], SlidingWindowProcessor]
     for i, rec in enumerate(case["input"]):
         if i == restart_at:
             # Kafka Streams restores the store and lastEmitWindowCloseTime, not the observed stream time (R7).
-            proc.observed_stream_time = -1
+            proc.state.observed_stream_time = -1
         updates = proc.process(rec["key"], rec["value"], rec["ts"])
         if mode is EmitMode.UPDATE:
             updates = proc.flush()  # TopologyTestDriver flushes the cache after every record

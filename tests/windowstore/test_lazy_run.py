@@ -1,4 +1,4 @@
-"""The record path's lazy run (update mode, Count/Sum, keys in order: ``SlidingWindowProcessor._process_fast``)
+"""The record path's lazy run (update mode, Count/Sum, keys in order: ``windowstore.lazy.process_fast``)
 against the same processor with the lazy run switched off: identical per-record results, flushes, counters,
 reads and state blobs, whatever is observed in the middle of a run (flush, reads, exports, expiry)."""
 
@@ -51,7 +51,7 @@ def trace(case, agg, lazy: bool) -> list:
     td, grace, recs = case
     proc = SlidingWindowProcessor(SlidingWindows(td, grace), agg(), "update")
     if not lazy:
-        proc._lazy = False
+        proc.state.lazy = False
     out = []
     for k, v, t, action in recs:
         if agg is Sum or type(v) is not float:
@@ -77,8 +77,8 @@ def test_lazy_run_is_taken_in_order():
     proc.process("k", 1, 20)  # the first window containing the next records: [20, 30]
     for t in range(21, 60):
         proc.process("k", 1, t)
-        assert proc.store.keys["k"].lz_act is not None
+        assert proc.store.keys["k"].run.act is not None
     proc.process("k", 0.5, 61)  # a float: Sum stops being lazy for the key
-    assert proc.store.keys["k"].lz_act is None
+    assert proc.store.keys["k"].run.act is None
     proc.process("k", 1, 62)
-    assert proc.store.keys["k"].lz_act is None
+    assert proc.store.keys["k"].run.act is None

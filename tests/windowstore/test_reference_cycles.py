@@ -13,6 +13,8 @@ import weakref
 import pytest
 
 from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations
+from windowstore.lazy import process_fast
+from windowstore.record import process_record
 
 RECORDS = [("a", 3, 100), ("b", 1, 105), ("a", 2, 130), ("a", 5, 90), ("b", 4, 300), ("a", 1, 20), ("c", 2, 500)]
 
@@ -28,8 +30,10 @@ def dropped(build) -> weakref.ref:  # type: ignore[no-untyped-def,type-arg]
         proc.process_batch([(k, v, ts + 600) for k, v, ts in RECORDS])
         proc.flush()
         ref = weakref.ref(proc)
+        state_ref = weakref.ref(proc.state)
         state = proc.export_keys(proc.dirty_keys()), proc.export_meta()
         del proc
+        assert state_ref() is None  # the engine state (and its store) too
         return ref, state
     finally:
         if was:
@@ -53,9 +57,9 @@ def test_a_dropped_processor_is_freed_at_once(emit, aggs, batch):
 def test_the_lazy_run_is_still_taken():
     """``process`` is chosen when read (not stored on the processor): the lazy run where it applies."""
     lazy = SlidingWindowProcessor(SlidingWindows(50, 20), parse_aggregations("count"), "update")
-    assert lazy.process.__func__ is SlidingWindowProcessor._process_fast
-    lazy._lazy = False
-    assert lazy.process.__func__ is SlidingWindowProcessor._process_record
+    assert lazy.process.__func__ is process_fast and lazy.process.__self__ is lazy.state
+    lazy.state.lazy = False
+    assert lazy.process.__func__ is process_record
     other = SlidingWindowProcessor(SlidingWindows(50, 20), parse_aggregations("count"), "every")
-    assert other.process.__func__ is SlidingWindowProcessor._process_record
-    assert SlidingWindowProcessor.process is SlidingWindowProcessor._process_record
+    assert other.process.__func__ is process_record
+    assert SlidingWindowProcessor.process is process_record

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from windowstore import Collect, Count, Mean, SlidingWindowProcessor, SlidingWindows, Sum
 from windowstore.updates import WindowUpdate
+from windowstore import output
 
 AGGS = {"count": Count, "sum": Sum, "collect": Collect, "mean": Mean}
 
@@ -104,20 +105,20 @@ def test_cache_mixed_with_batch_path_and_snapshots():
     assert got == expected
 
 
-def test_flush_pauses_the_collector_and_restores_its_state():
+def test_flush_pauses_the_collector_and_restores_its_state(monkeypatch):
     """flush() pauses automatic garbage collection while it builds the updates, and leaves the collector as
     it found it: enabled stays enabled, disabled (by the caller) stays disabled, also when flush raises."""
     import gc
 
     proc = SlidingWindowProcessor(SlidingWindows(100, 50), Count(), "update")
     seen: list[bool] = []
-    build = proc._stamped_updates
+    build = output.stamped_updates
 
-    def spy(finish):
+    def spy(state, finish):
         seen.append(gc.isenabled())
-        return build(finish)
+        return build(state, finish)
 
-    proc._stamped_updates = spy  # type: ignore[method-assign]
+    monkeypatch.setattr(output, "stamped_updates", spy)
     was = gc.isenabled()
     try:
         gc.enable()
@@ -128,7 +129,7 @@ def test_flush_pauses_the_collector_and_restores_its_state():
         assert proc.flush() and seen == [False, False] and not gc.isenabled()
         gc.enable()
         proc.process("k", 1, 520)
-        proc._stamped_updates = lambda finish: 1 / 0  # type: ignore[method-assign]
+        monkeypatch.setattr(output, "stamped_updates", lambda state, finish: 1 / 0)
         try:
             proc.flush()
         except ZeroDivisionError:

@@ -1,0 +1,129 @@
+"""The processing exception handler (issue 29; Kafka Streams' processing.exception.handler, KIP-1033): a record
+whose processing raises - here through a real seam, an aggregation registered the way built-ins are - is a dead
+letter (continue) or names its partition and offset (fail); the other records are aggregated exactly as without
+it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import service.processing as processing
+from connectors.output import KIP1034_HEADERS, ChangelogSpec
+from connectors.serde import InputSpec, aggregation_fields
+from service.metrics import dead_letter_stat
+from service.processing import DictTaskState, ProcessingFailure, TaskConfig, TaskRunner, process_task_batch
+from windowstore import aggregations
+
+AGGS = "count,fragile:amount,max:amount"
+POISON = 13
+
+
+class Fragile(aggregations.Sum):
+    """A sum whose code has a bug for one value (the kind of bug the handler is there for)."""
+
+    name = "fragile"
+    batch_kind = None
+
+    def accumulate(self, acc, value, key=None):
+        if value == POISON:
+            raise ZeroDivisionError(f"fragile cannot add {value}")
+        return acc + value
+
+
+@pytest.fixture(autouse=True)
+def _fragile(monkeypatch):
+    monkeypatch.setitem(aggregations.BUILTINS, "fragile", Fragile)
+    monkeypatch.setattr(processing, "_CACHE", {})
+
+
+def config(handler: str, emit: str = "update", batch: bool = True) -> TaskConfig:
+    return TaskConfig(
+        1000,
+        300,
+        AGGS,
+        emit,
+        InputSpec(fields=aggregation_fields(AGGS)),
+        ChangelogSpec("json", "json", AGGS),
+        "out",
+        "late",
+        "dlq",
+        batch=batch,
+        processing_exception_handler=handler,
+        state_snapshot_every=2,
+    )
+
+
+def records(amounts, t0=1000):
+    return [(f"k{i % 3}".encode(), json.dumps({"amount": a}).encode(), t0 + 37 * i) for i, a in enumerate(amounts)]
+
+
+def run(cfg, state, recs, first_offset=0):
+    runner = TaskRunner(cfg)
+    return process_task_batch(
+        runner,
+        state,
+        "in",
+        0,
+        list(range(first_offset, first_offset + len(recs))),
+        [r[0] for r in recs],
+        [r[1] for r in recs],
+        [r[2] for r in recs],
+        emit_time_ms=5,
+    )
+
+
+def changelog(out):
+    return [json.loads(v) for kind, _t, _k, v, _h in out.rows() if kind == "changelog"]
+
+
+@pytest.mark.parametrize(("emit", "batch"), [("update", True), ("every", False), ("close", True)])
+def test_continue_dead_letters_the_record_that_raises_and_aggregates_the_rest_exactly(emit, batch):
+    amounts = [5, 7, POISON, 11, 2, POISON, 4]
+    later = records([1, 2, 3], t0=1400)
+    cfg = config("continue", emit, batch)
+    state = DictTaskState()
+    out = run(cfg, state, records(amounts))
+    out2 = run(cfg, state, later, first_offset=len(amounts))
+
+    # the same batches without the poison records, on a fresh task
+    processing._CACHE.clear()
+    clean_state = DictTaskState()
+    good = [r for r, a in zip(records(amounts), amounts, strict=True) if a != POISON]
+    expected = run(cfg, clean_state, good)
+    expected2 = run(cfg, clean_state, later, first_offset=len(amounts))
+    assert changelog(out) == changelog(expected) and changelog(out2) == changelog(expected2)
+
+    dlq = [(k, v, dict(h)) for kind, _t, k, v, h in out.rows() if kind == "dlq"]
+    assert [int(h["offset"]) for _k, _v, h in dlq] == [2, 5]
+    for _k, v, h in dlq:
+        assert json.loads(v) == {"amount": POISON} and h["error"] == b"processing-error"
+        assert b"ZeroDivisionError" in h["error.message"]
+        assert h[KIP1034_HEADERS[0]] == b"builtins.ZeroDivisionError"
+        assert b"fragile cannot add" in h[KIP1034_HEADERS[2]]
+        assert h[KIP1034_HEADERS[3]] == b"in" and h[KIP1034_HEADERS[4]] == b"0"
+    s = out.stats
+    assert (s["records"], s["dead_lettered"], s[dead_letter_stat("processing-error")]) == (7, 2, 2)
+    assert s["aggregated"] + s["late"] + s["dead_lettered"] == 7
+
+
+def test_fail_names_the_partition_and_offset_of_the_record_that_raised():
+    with pytest.raises(ProcessingFailure, match=r"offset 2 of in-0 raised ZeroDivisionError"):
+        run(config("fail"), DictTaskState(), records([5, 7, POISON, 11]))
+
+
+def test_a_batch_failure_that_no_record_causes_alone_is_raised_again(monkeypatch):
+    cfg = config("continue")
+    calls = []
+
+    def failing_once(self, *args, **kw):  # the whole batch fails once (e.g. a worker hiccup), no record does
+        calls.append(len(args[3]))
+        if len(calls) == 1:
+            raise OSError("disk full")
+        return real(self, *args, **kw)
+
+    real = TaskRunner.run
+    monkeypatch.setattr(TaskRunner, "run", failing_once)
+    with pytest.raises(OSError, match="disk full"):
+        run(cfg, DictTaskState(), records([1, 2, 3]))
