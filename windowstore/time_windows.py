@@ -33,7 +33,7 @@ record timestamp in the window (T6).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -252,24 +252,13 @@ class TimeWindowProcessor:
         w = self._by_key.get(key, {}).get(start)
         return None if w is None else (w.acc, w.ts, w.count)
 
-    def set_window(self, key: Hashable, start: int, acc: Any, ts: int, count: int) -> None:
-        """Create or overwrite one window (no stats, no dirty mark: see :meth:`mark_written`)."""
-        windows = self._by_key.get(key)
-        if windows is None:
-            windows = self._by_key[key] = {}
-        w = windows.get(start)
-        if w is None:
-            windows[start] = _Window(acc, ts, count)
-            self._index_add(key, start)
-        else:
-            w.acc, w.ts, w.count = acc, ts, count
-
     def merge_windows(
         self, rows: Sequence[tuple[Hashable, int, Any, int, int]], combine: Callable[[Any, Any], Any]
     ) -> int:
         """For each ``(key, start, acc, ts, count)``, in order: a held window becomes ``(combine(held acc, acc),
-        max(ts), count + count)``, a new one takes the row; then :meth:`mark_written`. ``combine`` runs for every
-        held window before anything changes (if it raises, the state is untouched). Returns windows created."""
+        max(ts), count + count)``, a new one takes the row; then (update mode) the window moves to the end of the
+        last-write order (T9). ``combine`` runs for every held window before anything changes (if it raises, the
+        state is untouched). Returns windows created."""
         by_key = self._by_key
         empty: dict[int, _Window] = {}
         merged: list[tuple[_Window, Any] | None] = []
@@ -297,32 +286,6 @@ class TimeWindowProcessor:
                 dirty.pop(dk, None)
                 dirty[dk] = None
         return created
-
-    def write_windows(self, rows: Iterable[tuple[Hashable, int, Any, int, int]]) -> None:
-        """:meth:`set_window` then :meth:`mark_written` for each ``(key, start, acc, ts, count)``, in order."""
-        by_key = self._by_key
-        dirty = self._dirty if self.emit is EmitMode.UPDATE else None
-        for key, start, acc, ts, count in rows:
-            windows = by_key.get(key)
-            if windows is None:
-                windows = by_key[key] = {}
-            w = windows.get(start)
-            if w is None:
-                windows[start] = _Window(acc, ts, count)
-                self._index_add(key, start)
-            else:
-                w.acc, w.ts, w.count = acc, ts, count
-            if dirty is not None:
-                dk = (key, start)
-                dirty.pop(dk, None)
-                dirty[dk] = None
-
-    def mark_written(self, key: Hashable, start: int) -> None:
-        """Update mode: move the window to the end of the record cache's last-write order (T9)."""
-        if self.emit is EmitMode.UPDATE:
-            dk = (key, start)
-            self._dirty.pop(dk, None)
-            self._dirty[dk] = None
 
     def close_windows(self, window_close_time: int) -> list[WindowUpdate]:
         """What the record path does after a record that left close time at ``window_close_time``: close mode

@@ -15,6 +15,10 @@ whatever its size::
     (a window is [start, start + size): start inclusive, end exclusive, T2)
 
 A window is touched by the union of the records' windows (the output of update mode, not records x windows).
+Cost per batch: sorting each key's records, then O(log n) per window written - and a batch writes, per key,
+``(span of the key's records + size) / advance`` windows. Per record that is flat while a key's records in a
+batch span more than a window; with fewer records per key and window it is the writes (the update mode's output,
+which the record path writes too) that grow with ``size / advance`` (``bench/window_types_bench.py``).
 
 Late records (T5, T7). Close time only grows within a batch (``close_i = max(stream time, t_0..t_i) - grace``),
 so a record's closed windows are a prefix of its windows, counted arithmetically (one ``dropped-records-total`` tick
