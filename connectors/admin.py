@@ -66,8 +66,12 @@ def ensure_topics(config: Mapping[str, str], specs: Sequence[TopicSpec], timeout
     if not missing:
         return []
     futures = admin.create_topics(
-        [NewTopic(s.name, num_partitions=s.partitions, replication_factor=s.replication_factor,
-                  config=dict(s.config)) for s in missing],
+        [
+            NewTopic(
+                s.name, num_partitions=s.partitions, replication_factor=s.replication_factor, config=dict(s.config)
+            )
+            for s in missing
+        ],
         operation_timeout=timeout,
     )
     created = []

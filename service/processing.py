@@ -34,9 +34,25 @@ from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregatio
 from service import spool
 from service.metrics import DEAD_LETTER_REASONS, LATENCY_BUCKETS_MS, LATENESS_BUCKETS_MS, dead_letter_stat
 
-__all__ = ["TaskConfig", "TaskStats", "TaskOutput", "Decoded", "TaskRunner", "TaskState", "DictTaskState",
-           "process_task_batch", "bucket_of", "encode_bucket", "decode_bucket", "spool_catch_up",
-           "stop_catch_up_thread", "drop_cached", "worker_busy", "OUTPUT_KINDS", "STATS_FIELDS"]
+__all__ = [
+    "TaskConfig",
+    "TaskStats",
+    "TaskOutput",
+    "Decoded",
+    "TaskRunner",
+    "TaskState",
+    "DictTaskState",
+    "process_task_batch",
+    "bucket_of",
+    "encode_bucket",
+    "decode_bucket",
+    "spool_catch_up",
+    "stop_catch_up_thread",
+    "drop_cached",
+    "worker_busy",
+    "OUTPUT_KINDS",
+    "STATS_FIELDS",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -93,12 +109,25 @@ MISSING_FIELD_WARN_SHARE = 0.5
 
 #: the counters of what a batch read and wrote, zeroed in a replayed batch that is already in Kafka
 #: (processing_guarantee=exactly_once), so the service's counters stay exact across a replay
-REPLAY_ZEROED = ("records", "aggregated", "late", "dead_lettered", "changelog", "windows_created",
-                 "windows_updated", "skipped_windows", "windows_expired", "dead_deserialization", "dead_invalid",
-                 *(dead_letter_stat(r) for r in DEAD_LETTER_REASONS), "missing_field_records",
-                 "lateness_ms_sum", "latency_ms_sum",
-                 *(f"lateness_b{i}" for i in range(len(LATENESS_BUCKETS_MS) + 1)),
-                 *(f"latency_b{i}" for i in range(len(LATENCY_BUCKETS_MS) + 1)))
+REPLAY_ZEROED = (
+    "records",
+    "aggregated",
+    "late",
+    "dead_lettered",
+    "changelog",
+    "windows_created",
+    "windows_updated",
+    "skipped_windows",
+    "windows_expired",
+    "dead_deserialization",
+    "dead_invalid",
+    *(dead_letter_stat(r) for r in DEAD_LETTER_REASONS),
+    "missing_field_records",
+    "lateness_ms_sum",
+    "latency_ms_sum",
+    *(f"lateness_b{i}" for i in range(len(LATENESS_BUCKETS_MS) + 1)),
+    *(f"latency_b{i}" for i in range(len(LATENCY_BUCKETS_MS) + 1)),
+)
 
 
 #: dead-letter reasons (connectors.serde.REASONS) counted as ``reason="deserialization"``; the rest are "invalid"
@@ -151,8 +180,9 @@ class TaskConfig:
         return {"collect_drops": True, "batch": self.batch and self.emit in ("update", "close")}
 
     def new_processor(self) -> SlidingWindowProcessor:
-        return SlidingWindowProcessor(self.windows, parse_aggregations(self.aggregations), self.emit,
-                                      **self.processor_options())
+        return SlidingWindowProcessor(
+            self.windows, parse_aggregations(self.aggregations), self.emit, **self.processor_options()
+        )
 
 
 @dataclass
@@ -189,21 +219,27 @@ class TaskOutput:
     def __len__(self) -> int:
         return len(self.kind) + len(self.changelog_keys)
 
-    def add(self, kind: str, topic: str, key: bytes | None, value: bytes | None,
-            headers: list[tuple[str, bytes]] | None) -> None:
+    def add(
+        self, kind: str, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None
+    ) -> None:
         self.kind.append(kind)
         self.topic.append(topic)
         self.key.append(key)
         self.value.append(value)
         self.headers.append(headers)
 
-    def columns(self) -> tuple[list[str], list[str], list[bytes | None], list[bytes | None],
-                               list[list[tuple[str, bytes]] | None]]:
+    def columns(
+        self,
+    ) -> tuple[list[str], list[str], list[bytes | None], list[bytes | None], list[list[tuple[str, bytes]] | None]]:
         """All rows as the lists ``(kind, topic, key, value, headers)``, the changelog last."""
         n = len(self.changelog_keys)
-        return (self.kind + ["changelog"] * n, self.topic + [self.changelog_topic] * n,
-                self.key + list(self.changelog_keys), self.value + list(self.changelog_values),
-                self.headers + [None] * n)
+        return (
+            self.kind + ["changelog"] * n,
+            self.topic + [self.changelog_topic] * n,
+            self.key + list(self.changelog_keys),
+            self.value + list(self.changelog_values),
+            self.headers + [None] * n,
+        )
 
     def rows(self) -> list[tuple[str, str, bytes | None, bytes | None, list[tuple[str, bytes]] | None]]:
         """Every row as ``(kind, topic, key, value, headers)``, the changelog last."""
@@ -274,20 +310,31 @@ class TaskRunner:
         for i, reason, message in bad:
             # a value over the size limit is not copied (it may not fit a record); the headers say where it is
             value = None if reason == "value-too-large" else values[i]
-            out.add("dlq", cfg.dead_letter_topic, keys[i], value,
-                    dead_letter_headers(reason, message, topic, partition, offsets[i], timestamps[i]))
+            out.add(
+                "dlq",
+                cfg.dead_letter_topic,
+                keys[i],
+                value,
+                dead_letter_headers(reason, message, topic, partition, offsets[i], timestamps[i]),
+            )
             stats[dead_letter_stat(reason)] += 1
         self._check_missing_fields(stats, n, topic, partition)
         if cfg.late_topic:
             for i, d in late_rows:
-                out.add("late", cfg.late_topic, keys[i], values[i], [
-                    ("reason", str(getattr(d.reason, "value", d.reason)).encode()),
-                    ("topic", topic.encode()),
-                    ("partition", _b(partition)),
-                    ("offset", _b(offsets[i])),
-                    ("timestamp", _b(d.ts)),
-                    ("stream_time", _b(d.stream_time)),
-                ])
+                out.add(
+                    "late",
+                    cfg.late_topic,
+                    keys[i],
+                    values[i],
+                    [
+                        ("reason", str(getattr(d.reason, "value", d.reason)).encode()),
+                        ("topic", topic.encode()),
+                        ("partition", _b(partition)),
+                        ("offset", _b(offsets[i])),
+                        ("timestamp", _b(d.ts)),
+                        ("stream_time", _b(d.stream_time)),
+                    ],
+                )
         if columns is not None:
             ckeys, cvalues = self.encoder.encode_columns(columns, emit_time)
         else:
@@ -327,9 +374,16 @@ class TaskRunner:
         stats["missing_field_records"] = sum(missing.values())
         for name, count in missing.items():
             if count > MISSING_FIELD_WARN_SHARE * n:
-                logger.warning("%d of %d records of %s-%d lack the field %r that the aggregations %r read: a typo "
-                               "in the aggregations? (they are dead-lettered with error schema-mismatch)", count,
-                               n, topic, partition, name, self.config.aggregations)
+                logger.warning(
+                    "%d of %d records of %s-%d lack the field %r that the aggregations %r read: a typo "
+                    "in the aggregations? (they are dead-lettered with error schema-mismatch)",
+                    count,
+                    n,
+                    topic,
+                    partition,
+                    name,
+                    self.config.aggregations,
+                )
 
     def _apply(self, proc: SlidingWindowProcessor, good: Decoded) -> tuple[Any, list[Any]]:
         """Feed the decoded records to the processor and flush: ``(columns, [])`` on the batch path
@@ -499,9 +553,11 @@ def decode_log(data: bytes, fields: Sequence[str] = ()) -> tuple[str, Decoded]:
     prev, keys, ts, columns = entry
     missing = [f for f in fields if f not in columns]
     if missing:
-        raise RuntimeError(f"a log entry of this checkpoint holds the value fields {sorted(columns)}, but the "
-                           f"aggregations read {', '.join(map(repr, missing))} too: the checkpoint was written "
-                           "with other aggregations; use a new checkpoint_dir")
+        raise RuntimeError(
+            f"a log entry of this checkpoint holds the value fields {sorted(columns)}, but the "
+            f"aggregations read {', '.join(map(repr, missing))} too: the checkpoint was written "
+            "with other aggregations; use a new checkpoint_dir"
+        )
     names = list(columns)
     values = [dict(zip(names, row)) for row in zip(*columns.values())] if names else [{} for _k in keys]
     return prev, Decoded(list(range(len(keys))), keys, values, ts, columns)
@@ -551,8 +607,9 @@ class _Token(NamedTuple):
         if cached.snapshot == self.snapshot and cached.entries < self.entries:
             return [(self.parity, i) for i in range(cached.entries, self.entries)]
         if self.previous and cached.snapshot == self.previous and cached.entries < self.previous_entries:
-            return [(1 - self.parity, i) for i in range(cached.entries, self.previous_entries)] + \
-                [(self.parity, i) for i in range(self.entries)]
+            return [(1 - self.parity, i) for i in range(cached.entries, self.previous_entries)] + [
+                (self.parity, i) for i in range(self.entries)
+            ]
         return None
 
 
@@ -731,8 +788,21 @@ def process_task_batch(
             raise  # not a record's fault: the batch fails and Spark retries it
         except Exception as exc:  # the processing exception handler
             source.release()
-            proc, source, out = _run_isolating(runner, state, meta, n_buckets, cur, topic, partition, offsets,
-                                               keys, values, timestamps, emit_time_ms, exc)
+            proc, source, out = _run_isolating(
+                runner,
+                state,
+                meta,
+                n_buckets,
+                cur,
+                topic,
+                partition,
+                offsets,
+                keys,
+                values,
+                timestamps,
+                emit_time_ms,
+                exc,
+            )
         output_ns = 0
         if on_output is not None:
             t0 = time.perf_counter_ns()
@@ -845,8 +915,16 @@ def _run_isolating(
         return proc, source
 
     def run(proc: SlidingWindowProcessor, at: Sequence[int]) -> TaskOutput:
-        return runner.run(proc, topic, partition, [offsets[j] for j in at], [keys[j] for j in at],
-                          [values[j] for j in at], [timestamps[j] for j in at], emit_time_ms)
+        return runner.run(
+            proc,
+            topic,
+            partition,
+            [offsets[j] for j in at],
+            [keys[j] for j in at],
+            [values[j] for j in at],
+            [timestamps[j] for j in at],
+            emit_time_ms,
+        )
 
     kept: list[int] = []
     failed: list[tuple[int, BaseException]] = []
@@ -863,7 +941,8 @@ def _run_isolating(
                 raise ProcessingFailure(
                     f"processing the record at offset {offsets[j]} of {topic}-{partition} raised "
                     f"{type(e).__name__}: {e} (processing_exception_handler=fail; with continue it goes to the "
-                    f"dead-letter topic {cfg.dead_letter_topic} with error processing-error)") from e
+                    f"dead-letter topic {cfg.dead_letter_topic} with error processing-error)"
+                ) from e
             failed.append((j, e))
             proc, source = restored()  # the failed record may have left the processor half-updated
             if kept:
@@ -873,18 +952,37 @@ def _run_isolating(
     source.release()
     if not failed:
         raise exc
-    logger.warning("%d of %d records of %s-%d raised while processed (first: offset %d, %s: %s); dead-lettered "
-                   "with error processing-error (processing_exception_handler=continue)", len(failed),
-                   len(offsets), topic, partition, offsets[failed[0][0]], type(failed[0][1]).__name__,
-                   failed[0][1])
+    logger.warning(
+        "%d of %d records of %s-%d raised while processed (first: offset %d, %s: %s); dead-lettered "
+        "with error processing-error (processing_exception_handler=continue)",
+        len(failed),
+        len(offsets),
+        topic,
+        partition,
+        offsets[failed[0][0]],
+        type(failed[0][1]).__name__,
+        failed[0][1],
+    )
     proc, source = restored()
     out = run(proc, kept)
     for j, err in failed:
         cls = type(err)
-        out.add("dlq", cfg.dead_letter_topic, keys[j], values[j], dead_letter_headers(
-            "processing-error", f"{cls.__name__}: {err}", topic, partition, offsets[j], timestamps[j],
-            exception=f"{cls.__module__}.{cls.__qualname__}",
-            stacktrace="".join(traceback.format_exception(cls, err, err.__traceback__))))
+        out.add(
+            "dlq",
+            cfg.dead_letter_topic,
+            keys[j],
+            values[j],
+            dead_letter_headers(
+                "processing-error",
+                f"{cls.__name__}: {err}",
+                topic,
+                partition,
+                offsets[j],
+                timestamps[j],
+                exception=f"{cls.__module__}.{cls.__qualname__}",
+                stacktrace="".join(traceback.format_exception(cls, err, err.__traceback__)),
+            ),
+        )
     s = out.stats
     s["records"] = len(offsets)
     s["max_offset"] = int(offsets[-1])
@@ -907,7 +1005,12 @@ def _new_processor(cfg: TaskConfig, meta: Any, n_buckets: int) -> tuple[SlidingW
     """A task's processor at its snapshot (``meta`` None: a new task), keys loaded from its buckets on demand."""
     source = _BucketSource(n_buckets)
     proc = SlidingWindowProcessor.from_state(
-        cfg.windows, parse_aggregations(cfg.aggregations), cfg.emit, meta, source, **cfg.processor_options(),
+        cfg.windows,
+        parse_aggregations(cfg.aggregations),
+        cfg.emit,
+        meta,
+        source,
+        **cfg.processor_options(),
     )
     return proc, source
 
@@ -934,8 +1037,12 @@ def spool_catch_up(cache: dict[tuple[Any, str, int], _Cached] | None = None, lim
             new_token, records = found
             c.runner.replay(c.proc, records)
         except Exception:  # noqa: BLE001 - a shortcut only: the task batch restores from the store
-            logger.warning("replaying a shared log entry of %s-%d failed; dropping the cached processor", topic,
-                           partition, exc_info=True)
+            logger.warning(
+                "replaying a shared log entry of %s-%d failed; dropping the cached processor",
+                topic,
+                partition,
+                exc_info=True,
+            )
             cache.pop(ck, None)
             _NOT_ADOPTED.add(ck)
             continue
@@ -952,8 +1059,12 @@ def _adopt_new_tasks(cache: dict[tuple[Any, str, int], _Cached], limit: int | No
     for cfg, runner in runners.items():
         for topic, partition in spool.tasks(cfg.log_spool):
             ck = (cfg, topic, partition)
-            if ck in cache or ck in _NOT_ADOPTED or len(cache) >= CACHE_MAX_TASKS or \
-                    (limit is not None and done >= limit):
+            if (
+                ck in cache
+                or ck in _NOT_ADOPTED
+                or len(cache) >= CACHE_MAX_TASKS
+                or (limit is not None and done >= limit)
+            ):
                 continue
             try:
                 found = _shared_entry(cfg, topic, partition, "")
@@ -963,8 +1074,7 @@ def _adopt_new_tasks(cache: dict[tuple[Any, str, int], _Cached], limit: int | No
                 proc, source = _new_processor(cfg, None, cfg.state_buckets)
                 runner.replay(proc, records)
             except Exception:  # noqa: BLE001 - a shortcut only: the task batch restores from the store
-                logger.warning("building %s-%d from its shared first entry failed", topic, partition,
-                               exc_info=True)
+                logger.warning("building %s-%d from its shared first entry failed", topic, partition, exc_info=True)
                 _NOT_ADOPTED.add(ck)
                 continue
             cache[ck] = _Cached(new_token, proc, source, runner)
@@ -1025,6 +1135,7 @@ def _catch_up_loop() -> None:
 def _read_log(state: TaskState, parity: int, i: int, fields: Sequence[str]) -> tuple[str, Decoded]:
     data = state.get_bucket(log_slot(i, parity))
     if data is None:
-        raise RuntimeError(f"the task state is inconsistent: its token names log entry {i} of generation "
-                           f"{parity}, which is missing")
+        raise RuntimeError(
+            f"the task state is inconsistent: its token names log entry {i} of generation {parity}, which is missing"
+        )
     return decode_log(data, fields)

@@ -414,8 +414,7 @@ def _plus_one(acc: int) -> int:
 
 
 BUILTINS: dict[str, type[Aggregation]] = {
-    cls.name: cls
-    for cls in (Count, Sum, Min, Max, Mean, Variance, StdDev, First, Last, Collect)
+    cls.name: cls for cls in (Count, Sum, Min, Max, Mean, Variance, StdDev, First, Last, Collect)
 }
 
 

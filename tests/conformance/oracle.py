@@ -142,21 +142,39 @@ def ensure_built(*, force: bool = False, quiet: bool = True) -> OracleBuild:
                     )
                 STAMP_FILE.write_text(json.dumps({"kafka_version": version}))
         classes = TARGET_DIR / "classes"
-        build = OracleBuild(java=java, classpath=f"{classes}{os.pathsep}{CLASSPATH_FILE.read_text().strip()}",
-                            kafka_version=version)
+        build = OracleBuild(
+            java=java, classpath=f"{classes}{os.pathsep}{CLASSPATH_FILE.read_text().strip()}", kafka_version=version
+        )
         _BUILT[version] = build
         return build
 
 
 def _case_line(case: dict) -> str:
-    keys = ("id", "window", "time_difference_ms", "size_ms", "advance_ms", "gap_ms", "grace_ms", "retention_ms",
-            "aggregation", "emit", "input")
+    keys = (
+        "id",
+        "window",
+        "time_difference_ms",
+        "size_ms",
+        "advance_ms",
+        "gap_ms",
+        "grace_ms",
+        "retention_ms",
+        "aggregation",
+        "emit",
+        "input",
+    )
     return json.dumps({k: case[k] for k in keys if k in case}, separators=(",", ":"))
 
 
-def run_batch(cases: Iterable[dict], *, threads: int = 2, timeout: float | None = None,
-              build: OracleBuild | None = None, stats: dict | None = None,
-              java_opts: Sequence[str] | None = None) -> list[dict]:
+def run_batch(
+    cases: Iterable[dict],
+    *,
+    threads: int = 2,
+    timeout: float | None = None,
+    build: OracleBuild | None = None,
+    stats: dict | None = None,
+    java_opts: Sequence[str] | None = None,
+) -> list[dict]:
     """Run many cases in one JVM; returns one result per case, in order. ``stats`` (if given) receives the
     oracle's own timing line (``batch_cases``, ``seconds``, ``cases_per_second``). ``java_opts`` replaces the
     default JVM options."""
@@ -165,8 +183,14 @@ def run_batch(cases: Iterable[dict], *, threads: int = 2, timeout: float | None 
         return []
     build = build or ensure_built()
     payload = "".join(_case_line(dict(c, id=i)) + "\n" for i, c in enumerate(cases))
-    proc = subprocess.run(build.command("--batch", "--threads", str(threads), java_opts=java_opts), input=payload,
-                          capture_output=True, text=True, encoding="utf-8", timeout=timeout)
+    proc = subprocess.run(
+        build.command("--batch", "--threads", str(threads), java_opts=java_opts),
+        input=payload,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=timeout,
+    )
     if proc.returncode != 0:
         raise OracleError(f"oracle exited with {proc.returncode}:\n{proc.stderr[-4000:]}")
     lines = proc.stdout.splitlines()
@@ -207,9 +231,15 @@ class OracleSession:
         self.close()
 
     def _start(self) -> None:
-        self._proc = subprocess.Popen(self._build.command("--batch", "--threads", "1"), stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, encoding="utf-8",
-                                      bufsize=1)
+        self._proc = subprocess.Popen(
+            self._build.command("--batch", "--threads", "1"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            encoding="utf-8",
+            bufsize=1,
+        )
 
     def run(self, case: dict) -> dict:
         if self._proc is None or self._proc.poll() is not None:

@@ -30,8 +30,10 @@ EMITS = ("every", "update", "close")
 
 def _require_engine() -> None:
     if diff.replay_records is None:
-        pytest.skip(f"windowstore.replay cannot be imported ({diff.ENGINE_IMPORT_ERROR}); "
-                    "the differential tests need our engine")
+        pytest.skip(
+            f"windowstore.replay cannot be imported ({diff.ENGINE_IMPORT_ERROR}); "
+            "the differential tests need our engine"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +51,10 @@ def test_engine_matches_kafka_streams(emit: str, oracle_run: tuple[list[dict], l
     errors = [r for _, r in pairs if "error" in r]
     assert not errors, f"oracle failed on {len(errors)} cases, e.g. {errors[0]}"
     mism = diff.differential([c for c, _ in pairs], oracle_results=[r for _, r in pairs], shrink_limit=SHRINK)
-    assert not mism, (f"emit={emit}, seeds {SEED}..{SEED + N_CASES - 1} "
-                      f"(rerun: CONFORMANCE_SEED={SEED} CONFORMANCE_CASES={N_CASES}):\n"
-                      + diff.summarize(mism, len(pairs)))
+    assert not mism, (
+        f"emit={emit}, seeds {SEED}..{SEED + N_CASES - 1} "
+        f"(rerun: CONFORMANCE_SEED={SEED} CONFORMANCE_CASES={N_CASES}):\n" + diff.summarize(mism, len(pairs))
+    )
 
 
 def test_engine_matches_kafka_streams_on_pinned_cases() -> None:

@@ -80,11 +80,26 @@ def _case(v: dict) -> dict:
 _RESULTS: dict[str, dict] = {}
 
 # extra cases run in the same JVM as the vectors
-TD0_CASE = {"id": "td0", "time_difference_ms": 0, "grace_ms": 5, "aggregation": "collect", "emit": "every",
-            "input": [{"key": "A", "value": 1, "ts": 10}]}
-NULLS_CASE = {"id": "nulls", "time_difference_ms": 10, "grace_ms": 0, "aggregation": "collect", "emit": "every",
-              "input": [{"key": None, "value": 1, "ts": 100}, {"key": "A", "value": None, "ts": 100},
-                        {"key": "A", "value": 2, "ts": 10}]}
+TD0_CASE = {
+    "id": "td0",
+    "time_difference_ms": 0,
+    "grace_ms": 5,
+    "aggregation": "collect",
+    "emit": "every",
+    "input": [{"key": "A", "value": 1, "ts": 10}],
+}
+NULLS_CASE = {
+    "id": "nulls",
+    "time_difference_ms": 10,
+    "grace_ms": 0,
+    "aggregation": "collect",
+    "emit": "every",
+    "input": [
+        {"key": None, "value": 1, "ts": 100},
+        {"key": "A", "value": None, "ts": 100},
+        {"key": "A", "value": 2, "ts": 10},
+    ],
+}
 
 
 def _results() -> dict[str, dict]:

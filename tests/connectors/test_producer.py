@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 
 from connectors.producer import (
-    DeliveryError, OutputProducer, check_producer_config, close_producers, producer_config, producer_for,
+    DeliveryError,
+    OutputProducer,
+    check_producer_config,
+    close_producers,
+    producer_config,
+    producer_for,
 )
 
 

@@ -105,7 +105,8 @@ def test_null_keys_and_a_missing_library_take_the_per_row_path(monkeypatch, capl
         q.send_rows("t", [b"k"], [b"v"])
     assert q._batches is None and len(sent) == 3
     assert [r.getMessage() for r in caplog.records].count(
-        "changelog rows go one produce() call at a time: no librdkafka here") == 1
+        "changelog rows go one produce() call at a time: no librdkafka here"
+    ) == 1
     q.close()
 
     off = OutputProducer(producer_config("127.0.0.1:1"), batches=False)

@@ -26,9 +26,7 @@ def classify(records: Sequence[tuple[Hashable, object, int]], td: int, grace: in
     return out
 
 
-def r3_table(
-    records: Sequence[tuple[Hashable, object, int]], td: int
-) -> dict[tuple[Hashable, int], tuple[list, int]]:
+def r3_table(records: Sequence[tuple[Hashable, object, int]], td: int) -> dict[tuple[Hashable, int], tuple[list, int]]:
     """R3: for each key and integer start s >= 0 with W(s) = records in [s, s+td], the window [s, s+td] exists
     iff W(s) is non-empty and (s == 0 or W(s) != W(s-1)). Value: (sorted values, max ts)."""
     by_key: dict[Hashable, list[tuple[int, object]]] = defaultdict(list)

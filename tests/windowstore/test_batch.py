@@ -10,7 +10,17 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from windowstore import (
-    Collect, Composite, Count, Field, Max, Mean, Min, SlidingWindowProcessor, SlidingWindows, Sum, Variance,
+    Collect,
+    Composite,
+    Count,
+    Field,
+    Max,
+    Mean,
+    Min,
+    SlidingWindowProcessor,
+    SlidingWindows,
+    Sum,
+    Variance,
 )
 from windowstore.columns import batch_plan
 
@@ -47,10 +57,7 @@ def cases(draw):
     td = draw(st.integers(1, 12))
     grace = draw(st.integers(0, 30))
     n = draw(st.integers(1, 50))
-    recs = [
-        (draw(st.sampled_from("abc")), draw(st.integers(-5, 9)), draw(st.integers(0, 90)))
-        for _ in range(n)
-    ]
+    recs = [(draw(st.sampled_from("abc")), draw(st.integers(-5, 9)), draw(st.integers(0, 90))) for _ in range(n)]
     if draw(st.booleans()):
         recs.insert(draw(st.integers(0, n)), (None, 1, 5))
     return td, grace, recs, draw(st.integers(1, 20)), draw(st.integers(0, len(AGGS) - 1))
@@ -66,8 +73,13 @@ def close_cases(draw):
     t, recs = 0, []
     for _ in range(n):
         t += draw(st.sampled_from([0, 1, 1, 2, 3, 5, 60]))
-        recs.append((draw(st.sampled_from("abc")), draw(st.integers(-5, 9)), max(0, t - draw(st.sampled_from(
-            [0, 0, 0, 1, 4, 25])))))
+        recs.append(
+            (
+                draw(st.sampled_from("abc")),
+                draw(st.integers(-5, 9)),
+                max(0, t - draw(st.sampled_from([0, 0, 0, 1, 4, 25]))),
+            )
+        )
     if draw(st.booleans()):
         recs.insert(draw(st.integers(0, n)), (None, 1, 5))
     return td, grace, recs, draw(st.integers(1, 20)), draw(st.integers(0, len(AGGS) - 1))
@@ -237,9 +249,6 @@ def test_batch_path_leaves_huge_time_differences_to_the_record_path():
     assert sorted((u.start, u.count) for u in proc.flush()) == [(0, 2), (6, 1)]
 
 
-
-
-
 def test_close_mode_batch_path_is_taken_on_a_clean_stream():
     rnd = random.Random(4)
     recs = [(f"k{rnd.randint(0, 9)}", rnd.randint(0, 100), i * 3 + rnd.randint(0, 20)) for i in range(2000)]
@@ -248,9 +257,10 @@ def test_close_mode_batch_path_is_taken_on_a_clean_stream():
     assert taken == 8 and got == want and sum(map(len, got)) > 1000
     _, _, taken = run(recs, 50, 100, 250, Sum, True, "close")  # a batch spans 15 windows: the record path
     assert taken == 0
-    assert SlidingWindowProcessor(SlidingWindows(50, 100), Sum(), "close", emit_interval_ms=1000,
-                                  batch=True).batch_path is False  # a wall-clock emit interval: record path
-
+    assert (
+        SlidingWindowProcessor(SlidingWindows(50, 100), Sum(), "close", emit_interval_ms=1000, batch=True).batch_path
+        is False
+    )  # a wall-clock emit interval: record path
 
 
 @settings(max_examples=300, deadline=None)

@@ -23,10 +23,7 @@ def streams(draw, max_ts: int = 120, max_len: int = 40):
     td = draw(st.integers(min_value=1, max_value=15))
     grace = draw(st.integers(min_value=0, max_value=40))
     n = draw(st.integers(min_value=1, max_value=max_len))
-    recs = [
-        (draw(keys), i, draw(st.integers(min_value=0, max_value=max_ts)))
-        for i in range(n)
-    ]
+    recs = [(draw(keys), i, draw(st.integers(min_value=0, max_value=max_ts))) for i in range(n)]
     return td, grace, recs
 
 
@@ -179,7 +176,11 @@ def test_invalid_records_are_counted_not_raised():
     assert (s.dropped_null, s.dropped_invalid_timestamp, s.dropped_late, s.accepted) == (2, 2, 1, 1)
     assert s.dropped_records_total == 5
     assert [d.reason.value for d in proc.take_drops()] == [
-        "null-key", "null-value", "invalid-timestamp", "invalid-timestamp", "late"
+        "null-key",
+        "null-value",
+        "invalid-timestamp",
+        "invalid-timestamp",
+        "late",
     ]
     assert proc.observed_stream_time == 100  # invalid records never advance stream time
 
