@@ -70,12 +70,13 @@ def main() -> int:
     import logging
 
     logging.basicConfig(level=logging.WARNING)
+    from service_bench import LiveProducer
+
     from connectors.admin import TopicSpec, ensure_topics
     from devtools.local_broker import LocalKafkaBroker
     from service.job import build_spark, start_query
     from service.runner import prepare
     from service.settings import Settings
-    from service_bench import LiveProducer
 
     work = Path(tempfile.mkdtemp(prefix="sw-overhead-"))
     broker = LocalKafkaBroker(0, data_dir=work / "kafka")

@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from connectors.output import ChangelogEncoder, ChangelogSpec  # noqa: E402
+from connectors.output import ChangelogEncoder, ChangelogSpec
 
 AGGS = "count,sum:amount,max:amount,mean:amount"
 
@@ -97,8 +97,8 @@ class Sink:
         import tempfile
 
         from connectors.admin import TopicSpec, ensure_topics
-        from devtools.local_broker import LocalKafkaBroker
         from connectors.producer import OutputProducer, producer_config
+        from devtools.local_broker import LocalKafkaBroker
 
         self._dir = tempfile.TemporaryDirectory(prefix="encoding-bench-")
         self.broker = LocalKafkaBroker(0, data_dir=Path(self._dir.name) / "kafka").start()

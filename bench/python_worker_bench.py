@@ -122,7 +122,7 @@ def main() -> None:
                 flush=True,
             )
     pyspark_s, fast_s = sum(seconds[False]), sum(seconds[True])
-    print(f"\n| worker | rows/s (each run) | total s |\n|---|---|---:|")
+    print("\n| worker | rows/s (each run) | total s |\n|---|---|---:|")
     for fast, total in ((False, pyspark_s), (True, fast_s)):
         each = ", ".join(f"{args.rows / s:,.0f}" for s in seconds[fast])
         print(f"| {'service.python_worker' if fast else 'pyspark'} | {each} | {total:.2f} |")

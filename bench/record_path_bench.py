@@ -26,8 +26,8 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations  # noqa: E402
-from windowstore.aggregations import Aggregation  # noqa: E402
+from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations
+from windowstore.aggregations import Aggregation
 
 AGGREGATIONS = (
     "count",

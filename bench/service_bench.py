@@ -311,7 +311,7 @@ def read_to_end(bootstrap, topic, chunk=5000):
         md = c.list_topics(topic, timeout=30).topics[topic]
         ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in md.partitions}
         c.assign([TopicPartition(topic, p, 0) for p in ends])
-        pos = {p: 0 for p in ends}
+        pos = dict.fromkeys(ends, 0)
         idle = 0
         # a transactional topic (processing_guarantee=exactly_once) ends with a commit marker, which is never
         # delivered: the topic is complete once nothing more comes (its writer has stopped)

@@ -31,10 +31,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import service.processing as processing  # noqa: E402
-from connectors.output import ChangelogSpec  # noqa: E402
-from connectors.serde import InputSpec, aggregation_fields  # noqa: E402
-from service.processing import DictTaskState, TaskConfig, TaskRunner, process_task_batch  # noqa: E402
+import service.processing as processing
+from connectors.output import ChangelogSpec
+from connectors.serde import InputSpec, aggregation_fields
+from service.processing import DictTaskState, TaskConfig, TaskRunner, process_task_batch
 
 AGGS = "count,sum:amount,max:amount,max:sent"
 

@@ -37,8 +37,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import windowstore  # noqa: E402
-from windowstore import Count, SlidingWindowProcessor, SlidingWindows, Sum  # noqa: E402
+import windowstore
+from windowstore import Count, Sum
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -158,7 +158,7 @@ class Decoded(NamedTuple):
     fields: dict[str, list[Any]]
 
     @classmethod
-    def of(cls, records: Sequence[tuple[int, Any, Any, int]], fields: Sequence[str] = ()) -> "Decoded":
+    def of(cls, records: Sequence[tuple[int, Any, Any, int]], fields: Sequence[str] = ()) -> Decoded:
         """From the decoder's ``(index, key, value, ts)`` records; ``fields``: the value fields to take out."""
         if not records:
             return cls([], [], [], np.zeros(0, np.int64), {f: [] for f in fields})
@@ -238,7 +238,7 @@ class InputSpec:
     schema_registry_conf: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # TLS / basic auth
 
     @classmethod
-    def from_settings(cls, settings: Any) -> "InputSpec":
+    def from_settings(cls, settings: Any) -> InputSpec:
         return cls(
             format=settings.input_format,
             key_field=settings.key_field,
@@ -511,7 +511,7 @@ def _exact_numbers(col: list[Any], kinds: set[type]) -> bool:
             arr = np.array(col, dtype=np.float64)
         except OverflowError:  # an int too large for a float
             return False
-        if -_HALF_INT64 < arr.min() and arr.max() < _HALF_INT64:
+        if arr.min() > -_HALF_INT64 and arr.max() < _HALF_INT64:
             return True
         if not np.isfinite(arr).all():
             return False

@@ -375,7 +375,7 @@ def _buckets(o: Mapping[str, int], prefix: str, n: int) -> list[int]:
 
 
 def record_progress(
-    observed: Mapping[str, Any], progress: Mapping[str, Any], lag: "LagPoller | None" = None, late_topic: bool = True
+    observed: Mapping[str, Any], progress: Mapping[str, Any], lag: LagPoller | None = None, late_topic: bool = True
 ) -> None:
     """Update the metrics from one micro-batch: ``observed`` = the ``slidingwindow`` observed-metrics row as a
     dict (``tasks``: per-task rows, optional), ``progress`` = the query progress (``StreamingQueryProgress.json``
@@ -546,7 +546,7 @@ class LagPoller:
         while not self._stop.wait(self.interval):
             self.poll_once()
 
-    def start(self) -> "LagPoller":
+    def start(self) -> LagPoller:
         self._thread = threading.Thread(target=self._loop, name="lag-poller", daemon=True)
         self._thread.start()
         return self

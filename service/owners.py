@@ -141,7 +141,7 @@ def _forward(
         conn = Client(addr, family="AF_UNIX", authkey=config.owners.encode())
     except (OSError, EOFError):  # nobody listens: no owner, or it is gone
         return None
-    except Exception:  # noqa: BLE001 - e.g. an authentication failure: not our query's owner
+    except Exception:  # e.g. an authentication failure: not our query's owner
         logger.warning(
             "the owner socket of %s-%d did not accept this worker; running the batch here",
             topic,
@@ -209,7 +209,7 @@ def _serve(addr: str, listener: Listener) -> None:
     while True:
         try:
             conn = listener.accept()
-        except Exception:  # noqa: BLE001 - closed (given up), or a peer that failed authentication
+        except Exception:  # closed (given up), or a peer that failed authentication
             with _lock:
                 if _owned.get(addr, (None,))[0] is not listener:
                     return
@@ -246,7 +246,7 @@ def _handle(addr: str, listener: Listener, conn: Connection) -> None:
         out = fn(config, _RemoteState(conn), topic, partition, *batch)
     except _PeerGone:
         raise
-    except Exception:  # noqa: BLE001 - reported to the forwarding worker, which fails its task with it
+    except Exception:  # reported to the forwarding worker, which fails its task with it
         conn.send(("fail", traceback.format_exc()))
         return
     conn.send(("done", _portable(out, config)))

@@ -30,9 +30,9 @@ import numpy as np
 from connectors.output import ChangelogEncoder, ChangelogSpec, dead_letter_headers
 from connectors.schema_registry import SchemaRegistryUnavailable
 from connectors.serde import Decoded, InputDecoder, InputSpec
-from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations
 from service import spool
 from service.metrics import DEAD_LETTER_REASONS, LATENCY_BUCKETS_MS, LATENESS_BUCKETS_MS, dead_letter_stat
+from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations
 
 __all__ = [
     "TaskConfig",
@@ -578,7 +578,7 @@ class _Token(NamedTuple):
     previous_entries: int = 0
 
     @classmethod
-    def parse(cls, token: str) -> "_Token":
+    def parse(cls, token: str) -> _Token:
         """A bare id (written before the log existed) is a snapshot with no log."""
         f = token.split("/")
         if len(f) == 1:
@@ -588,16 +588,16 @@ class _Token(NamedTuple):
     def __str__(self) -> str:
         return "/".join(map(str, self))
 
-    def logged(self) -> "_Token":
+    def logged(self) -> _Token:
         """The token after one more log entry."""
         return self._replace(entries=self.entries + 1, write=uuid.uuid4().hex)
 
-    def snapshotted(self) -> "_Token":
+    def snapshotted(self) -> _Token:
         """The token of a new snapshot after this state (plus the snapshot batch's own entry)."""
         new = uuid.uuid4().hex
         return _Token(new, 0, new, 1 - self.parity, self.snapshot, self.entries + 1)
 
-    def catch_up(self, cached: "_Token") -> list[tuple[int, int]] | None:
+    def catch_up(self, cached: _Token) -> list[tuple[int, int]] | None:
         """The log entries ``(parity, i)`` that take a processor at ``cached`` to this state, ``None`` when the
         log does not reach back to it (the caller then checks that the first entry applies to ``cached``).
 
@@ -884,7 +884,7 @@ def _run_isolating(
     state: TaskState,
     meta: Any,
     n_buckets: int,
-    cur: "_Token",
+    cur: _Token,
     topic: str,
     partition: int,
     offsets: Sequence[int],
@@ -893,7 +893,7 @@ def _run_isolating(
     timestamps: Sequence[int | None],
     emit_time_ms: int | None,
     exc: Exception,
-) -> tuple[SlidingWindowProcessor, "_BucketSource", TaskOutput]:
+) -> tuple[SlidingWindowProcessor, _BucketSource, TaskOutput]:
     """The processing exception handler (Kafka Streams' ``processing.exception.handler``, KIP-1033), after
     :meth:`TaskRunner.run` of the whole batch raised ``exc``: the batch again, record by record, each on a
     processor at the committed state plus the records before it that went through, to find the records that
@@ -991,7 +991,7 @@ def _run_isolating(
     return proc, source, out
 
 
-def _generation_length(every: int, cur: "_Token", partition: int) -> int:
+def _generation_length(every: int, cur: _Token, partition: int) -> int:
     """Log entries before the next snapshot. The first generation after a task's creation is shortened by a
     phase that depends on its partition (0, 3, 6, 1, ... for ``every`` = 8), so the tasks of a topic, created
     in the same micro-batch, do not all write their snapshots in the same later batches: each snapshot batch
@@ -1036,7 +1036,7 @@ def spool_catch_up(cache: dict[tuple[Any, str, int], _Cached] | None = None, lim
                 continue
             new_token, records = found
             c.runner.replay(c.proc, records)
-        except Exception:  # noqa: BLE001 - a shortcut only: the task batch restores from the store
+        except Exception:  # a shortcut only: the task batch restores from the store
             logger.warning(
                 "replaying a shared log entry of %s-%d failed; dropping the cached processor",
                 topic,
@@ -1073,7 +1073,7 @@ def _adopt_new_tasks(cache: dict[tuple[Any, str, int], _Cached], limit: int | No
                 new_token, records = found
                 proc, source = _new_processor(cfg, None, cfg.state_buckets)
                 runner.replay(proc, records)
-            except Exception:  # noqa: BLE001 - a shortcut only: the task batch restores from the store
+            except Exception:  # a shortcut only: the task batch restores from the store
                 logger.warning("building %s-%d from its shared first entry failed", topic, partition, exc_info=True)
                 _NOT_ADOPTED.add(ck)
                 continue

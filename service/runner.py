@@ -237,7 +237,7 @@ def _listener(
             if committer is not None:  # at_least_once: the group's offsets for lag tooling, after the batch
                 try:
                     committer.commit(processed_offsets(event.progress.json))
-                except Exception:  # noqa: BLE001 - monitoring only
+                except Exception:  # monitoring only
                     logger.warning("cannot commit the processed offsets", exc_info=True)
             if report.records or report.changelog:
                 on_batch(report)

@@ -303,7 +303,7 @@ class Settings:
     kafka_sasl_password: Secret = _s(
         NO_SECRET,
         read_secret,
-        "SASL password (secret, never shown: set the "  # noqa: RUF009
+        "SASL password (secret, never shown: set the "
         "environment variable, or file:PATH / env:NAME to read it from a file or "
         "another variable)",
         "SECRET",
@@ -320,8 +320,7 @@ class Settings:
     kafka_ssl_key_password: Secret = _s(
         NO_SECRET,
         read_secret,
-        "password of an encrypted client key (secret, "  # noqa: RUF009
-        "like kafka_sasl_password)",
+        "password of an encrypted client key (secret, like kafka_sasl_password)",
         "SECRET",
         show=_show_secret,
     )
@@ -331,7 +330,7 @@ class Settings:
     schema_registry_basic_auth: Secret = _s(
         NO_SECRET,
         read_secret,
-        "Schema Registry credentials user:password "  # noqa: RUF009
+        "Schema Registry credentials user:password "
         "(secret, like kafka_sasl_password; the registry's TLS uses "
         "kafka_ssl_ca_location and the client certificate)",
         "SECRET",
@@ -573,7 +572,7 @@ class Settings:
             self.kafka_security().schema_registry(self.schema_registry_url, self.schema_registry_basic_auth).items()
         )
 
-    def replace(self, **changes: Any) -> "Settings":
+    def replace(self, **changes: Any) -> Settings:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
         return Settings(**values)

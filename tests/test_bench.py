@@ -199,7 +199,7 @@ def test_service_bench_drain_counts_more_micro_batches_than_spark_keeps_reports_
             self.stopped = False
 
         @property
-        def recentProgress(self) -> list:  # noqa: N802 - pyspark's name
+        def recentProgress(self) -> list:  # pyspark's name
             self.batches = min(self.batches + 2, 240)
             return [
                 SimpleNamespace(batchId=b, numInputRows=50, durationMs={"triggerExecution": 1000})

@@ -25,7 +25,7 @@ from .aggregations import (
 )
 from .processor import SlidingWindowProcessor
 from .store import Visibility, WindowStore
-from .updates import DropReason, DroppedRecord, EmitMode, ProcessorStats, WindowUpdate
+from .updates import DroppedRecord, DropReason, EmitMode, ProcessorStats, WindowUpdate
 from .windows import ConfigError, SlidingWindows
 
 __all__ = [

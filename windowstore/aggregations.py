@@ -357,7 +357,7 @@ class Field(Aggregation):
         if self.field is not None:
             try:
                 value = value[self.field]
-            except Exception:  # noqa: BLE001 - raised again by the step's first call, where accumulate raises it
+            except Exception:  # raised again by the step's first call, where accumulate raises it
                 return super().bind(value, key)
         return self.inner.bind(value, key)
 

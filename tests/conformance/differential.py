@@ -29,7 +29,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .generate import describe, generate_cases, shrink
 from .oracle import OracleSession, run_batch
@@ -259,7 +259,7 @@ PINNED_CASES: list[dict] = [
 def run_engine_safe(case: dict) -> tuple[list[dict], dict] | BaseException:
     try:
         return run_engine(case)
-    except Exception as exc:  # noqa: BLE001 - an engine crash is a finding
+    except Exception as exc:  # an engine crash is a finding
         return exc
 
 

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import copy
 import random
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 PROFILES = ("in_order", "out_of_order", "early", "duplicates", "late", "grace0", "mixed")
 EMITS = ("every", "update", "close")

@@ -37,9 +37,10 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ORACLE_DIR = HERE / "oracle"
@@ -223,7 +224,7 @@ class OracleSession:
         self._proc: subprocess.Popen | None = None
         self._n = 0
 
-    def __enter__(self) -> "OracleSession":
+    def __enter__(self) -> OracleSession:
         self._start()
         return self
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import random
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from connectors.serde import BadRecord, InputDecoder, InputSpec, aggregation_fields
 from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations

@@ -29,7 +29,7 @@ class ServiceProcess:
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> "ServiceProcess":
+    def start(self) -> ServiceProcess:
         fh = open(self.log, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service", "run", *self.args],
@@ -144,7 +144,7 @@ def consume_all(
                 ends[p] = hi
         c.assign([TopicPartition(topic, p, 0) for p in ends])
         out: list[OutRecord] = []
-        pos = {p: 0 for p in ends}
+        pos = dict.fromkeys(ends, 0)
         deadline = time.monotonic() + timeout
         while any(pos[p] < ends[p] for p in ends):
             if time.monotonic() > deadline:

@@ -133,7 +133,7 @@ class SchemaRegistryDouble:
         host, port = self._server.server_address[:2]
         return f"{'https' if self._tls else 'http'}://{host}:{port}"
 
-    def start(self) -> "SchemaRegistryDouble":
+    def start(self) -> SchemaRegistryDouble:
         self._thread = threading.Thread(target=self._server.serve_forever, name="schema-registry-double", daemon=True)
         self._thread.start()
         return self
@@ -142,7 +142,7 @@ class SchemaRegistryDouble:
         self._server.shutdown()
         self._server.server_close()
 
-    def __enter__(self) -> "SchemaRegistryDouble":
+    def __enter__(self) -> SchemaRegistryDouble:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

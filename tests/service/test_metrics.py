@@ -188,7 +188,7 @@ def test_lag_poller_keeps_the_last_value_when_the_broker_is_unreachable():
         calls.append(parts)
         if len(calls) > 1:
             raise RuntimeError("broker down")
-        return {p: 100 for p in parts}
+        return dict.fromkeys(parts, 100)
 
     lag = LagPoller({}, end_offsets=ends)
     lag.poll_once()  # nothing processed yet: no query

@@ -88,7 +88,7 @@ def _child(conn, cfg, jobs):
         try:
             out, forwarded = owners.run(run_local, cfg, state, TOPIC, partition, *b)
             results.append(("ok", rows(out), forwarded, out.stats["state_cache_hit"], pickle.dumps(state)))
-        except Exception as e:  # noqa: BLE001 - reported to the test
+        except Exception as e:  # reported to the test
             results.append(("error", str(e)))
     conn.send(results)
     conn.close()

@@ -5,18 +5,17 @@ from __future__ import annotations
 import copy
 import gc
 import json
+import pickle
 import random
 import tempfile
 import time
 from collections import Counter, defaultdict
 
-import pickle
-
 import pytest
 
+import service.processing as processing
 from connectors.output import ChangelogSpec
 from connectors.serde import InputSpec, aggregation_fields
-import service.processing as processing
 from service import spool
 from service.processing import (
     Decoded,

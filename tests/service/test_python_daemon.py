@@ -9,10 +9,10 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-import pyspark.daemon  # noqa: E402
+import pyspark.daemon
 
-from service import python_daemon  # noqa: E402
-from service.python_daemon import BetweenTasks  # noqa: E402
+from service import python_daemon
+from service.python_daemon import BetweenTasks
 
 
 class Node:

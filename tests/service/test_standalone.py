@@ -86,7 +86,7 @@ class StandaloneCluster:
             return 0
         return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
 
-    def start(self, timeout: float = 120) -> "StandaloneCluster":
+    def start(self, timeout: float = 120) -> StandaloneCluster:
         self._spawn(
             "master",
             "org.apache.spark.deploy.master.Master",

@@ -40,7 +40,7 @@ def r3_table(records: Sequence[tuple[Hashable, object, int]], td: int) -> dict[t
             return sorted(i for i, (ts, _) in enumerate(recs) if s <= ts <= s + td)
 
         prev = None
-        for s in range(0, top + 1):
+        for s in range(top + 1):
             w = members(s)
             if w and (s == 0 or w != prev):
                 table[(key, s)] = (sorted(recs[i][1] for i in w), max(recs[i][0] for i in w))

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from windowstore.aggregations import BUILTINS
 from windowstore import (
     Collect,
     Composite,
@@ -26,6 +25,7 @@ from windowstore import (
     WindowStore,
     parse_aggregations,
 )
+from windowstore.aggregations import BUILTINS
 from windowstore.store import key_bytes
 
 
