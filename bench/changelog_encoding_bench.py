@@ -63,10 +63,17 @@ def per_record(enc: ChangelogEncoder, cols: dict, emit_time: int) -> tuple[list[
     values = [cols["values"][n].tolist() for n in names]
     keys, out = [], []
     for i, (k, s, e, t, c) in enumerate(
-        zip(cols["key"], cols["start"].tolist(), cols["end"].tolist(), cols["ts"].tolist(), cols["count"].tolist())
+        zip(
+            cols["key"],
+            cols["start"].tolist(),
+            cols["end"].tolist(),
+            cols["ts"].tolist(),
+            cols["count"].tolist(),
+            strict=True,
+        )
     ):
         keys.append(enc.key(k, s, e))
-        out.append(enc.value(k, s, e, {n: v[i] for n, v in zip(names, values)}, t, c, emit_time))
+        out.append(enc.value(k, s, e, {n: v[i] for n, v in zip(names, values, strict=True)}, t, c, emit_time))
     return keys, out
 
 

@@ -563,7 +563,7 @@ def plots(results, systems, out_dir: Path):
         ("latency", ("p50_ms", "p99_ms"), "end-to-end latency ms (log)"),
     ):
         fig, axes = plt.subplots(1, len(keys), figsize=(6.5 * len(keys), 4.2), squeeze=False)
-        for ax, k in zip(axes[0], keys):
+        for ax, k in zip(axes[0], keys, strict=True):
             for i, s in enumerate(systems):
                 vals = [results[c].get(s, {}).get(k, 0) or 0 for c in cells]
                 ax.bar([j + i * width for j in range(len(cells))], vals, width, label=s)

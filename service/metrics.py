@@ -112,7 +112,7 @@ class BulkHistogram(Collector):
     def collect(self) -> Iterable[HistogramMetricFamily]:
         counts, total = self.snapshot()
         buckets, acc = [], 0
-        for b, c in zip([*(floatToGoString(b) for b in self.bounds), "+Inf"], counts):
+        for b, c in zip([*(floatToGoString(b) for b in self.bounds), "+Inf"], counts, strict=True):
             acc += c
             buckets.append((b, acc))
         yield HistogramMetricFamily(self._name, self._doc, buckets=buckets, sum_value=total)

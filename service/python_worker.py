@@ -85,7 +85,7 @@ def key_runs(batch: Any, key_offsets: list[int]) -> list[tuple[int, int]]:
             change[1:] |= differs.to_numpy(zero_copy_only=False)
     bounds = np.flatnonzero(change).tolist()
     bounds.append(n)
-    return list(zip(bounds[:-1], bounds[1:]))
+    return list(itertools.pairwise(bounds))
 
 
 def _rows_per_frame(max_records: int, max_bytes: int, mean_row_bytes: float) -> int:

@@ -140,7 +140,9 @@ def compare(case: dict, oracle: dict, engine: tuple[list[dict], dict] | BaseExce
         else:
             kinds.append("updates")
         # first divergence
-        i = next((j for j, (a, b) in enumerate(zip(ok_seq, ek_seq)) if a != b), min(len(ok_seq), len(ek_seq)))
+        i = next(
+            (j for j, (a, b) in enumerate(zip(ok_seq, ek_seq, strict=True)) if a != b), min(len(ok_seq), len(ek_seq))
+        )
         details.append(f"first difference at update #{i} (oracle {len(ok_seq)} updates, engine {len(ek_seq)})")
         lo = max(0, i - 1)
         details.append(
@@ -276,7 +278,7 @@ def differential(
     oracle_results = oracle_results if oracle_results is not None else run_batch(cases, stats=stats)
     t1 = time.perf_counter()
     mismatches: list[Mismatch] = []
-    for case, ores in zip(cases, oracle_results):
+    for case, ores in zip(cases, oracle_results, strict=True):
         kinds, details = compare(case, ores, run_engine_safe(case))
         if kinds:
             mismatches.append(Mismatch(case, kinds, details))

@@ -198,7 +198,7 @@ def run_batch(
     if len(lines) != len(cases):
         raise OracleError(f"oracle returned {len(lines)} results for {len(cases)} cases:\n{proc.stderr[-4000:]}")
     results = []
-    for i, (case, line) in enumerate(zip(cases, lines)):
+    for i, (case, line) in enumerate(zip(cases, lines, strict=True)):
         res = json.loads(line)
         if res.get("id") != i:
             raise OracleError(f"oracle result out of order: expected id {i}, got {res.get('id')}")

@@ -46,7 +46,7 @@ def oracle_run() -> tuple[list[dict], list[dict]]:
 @pytest.mark.parametrize("emit", EMITS)
 def test_engine_matches_kafka_streams(emit: str, oracle_run: tuple[list[dict], list[dict]]) -> None:
     cases, results = oracle_run
-    pairs = [(c, r) for c, r in zip(cases, results) if c["emit"] == emit]
+    pairs = [(c, r) for c, r in zip(cases, results, strict=True) if c["emit"] == emit]
     assert pairs
     errors = [r for _, r in pairs if "error" in r]
     assert not errors, f"oracle failed on {len(errors)} cases, e.g. {errors[0]}"

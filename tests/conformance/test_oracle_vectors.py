@@ -109,7 +109,7 @@ def _results() -> dict[str, dict]:
         cases = [_case(v) for v in checkable_vectors()]
         cases += [dict(_case(v), id="store:" + v["name"], emit="every") for v in _store_vectors()]
         cases += [TD0_CASE, NULLS_CASE]
-        for case, res in zip(cases, run_batch(cases)):
+        for case, res in zip(cases, run_batch(cases), strict=True):
             _RESULTS[case["id"]] = res
     return _RESULTS
 

@@ -96,7 +96,7 @@ def test_rows_are_their_pieces_rows_back_to_back(rows):
     if not rows:
         assert ac.encode_rows(0, [ac.constant(b"\x02")]) == []
         return
-    a, keys, era, small = (list(c) for c in zip(*rows))
+    a, keys, era, small = (list(c) for c in zip(*rows, strict=True))
     pieces = [
         ac.longs(np.array(a, np.int64)),
         ac.strings(keys),
@@ -105,7 +105,7 @@ def test_rows_are_their_pieces_rows_back_to_back(rows):
         ac.longs(np.array(small, np.int64)),
     ]
     each = [rows_of(p) if len(p.data) == len(rows) else [bytes(p.data[0])] * len(rows) for p in pieces]
-    assert ac.encode_rows(len(rows), pieces) == [b"".join(parts) for parts in zip(*each)]
+    assert ac.encode_rows(len(rows), pieces) == [b"".join(parts) for parts in zip(*each, strict=True)]
 
 
 def test_a_column_of_one_encoded_length_needs_no_mask():

@@ -220,7 +220,7 @@ def test_fast_json_encoding_equals_json_dumps(key_format):
         }
         updates.append((k, i * 10, i * 10 + 5, value, 100 + i, i))
     keys, values = enc.encode(updates, emit_time=42)
-    for (k, s, e, v, ts, n), kb, vb in zip(updates, keys, values):
+    for (k, s, e, v, ts, n), kb, vb in zip(updates, keys, values, strict=True):
         assert vb == enc.value(k, s, e, v, ts, n, 42)  # byte-identical to json.dumps
         assert kb == enc.key(k, s, e)
         rec = json.loads(vb)
@@ -320,7 +320,7 @@ def test_loads_json_objects_parses_each_value_as_json_loads_or_leaves_it(values)
 
     got = loads_json_objects(values)
     assert len(got) == len(values)
-    for v, obj in zip(values, got):
+    for v, obj in zip(values, got, strict=True):
         try:
             expected = json.loads(v)
         except Exception:  # any failure: the batch parse must leave it to the per-record path
@@ -360,7 +360,7 @@ def test_decode_batch_is_decode_record_by_record(records, timestamp_field):
     from connectors.serde import BadRecord, InputDecoder, InputSpec
 
     dec = InputDecoder(InputSpec(format="json", timestamp_field=timestamp_field, fields=(("amount", True),)))
-    keys, values, timestamps = (list(c) for c in zip(*records)) if records else ([], [], [])
+    keys, values, timestamps = (list(c) for c in zip(*records, strict=True)) if records else ([], [], [])
     good, bad = dec.decode_batch(keys, values, timestamps)
     expected_good, expected_bad = [], []
     for i, (k, v, t) in enumerate(records):
@@ -417,7 +417,7 @@ def test_decode_columns_is_decode_batch_as_columns(records, key_field, timestamp
     )
     if all_good_only:  # the column check's own case: keep only the records decode() accepts
         records = [r for r in records if _good(dec, *r)]
-    keys, values, timestamps = (list(c) for c in zip(*records)) if records else ([], [], [])
+    keys, values, timestamps = (list(c) for c in zip(*records, strict=True)) if records else ([], [], [])
     got, bad = dec.decode_columns(keys, values, timestamps, ("amount", "note"))
     good_records, expected_bad = dec.decode_batch(keys, values, timestamps)
     expected = Decoded.of(good_records, ("amount", "note"))

@@ -10,6 +10,7 @@ import random
 import tempfile
 import time
 from collections import Counter, defaultdict
+from itertools import pairwise
 
 import pytest
 
@@ -647,4 +648,4 @@ def test_the_tasks_of_a_topic_write_their_snapshots_in_different_batches():
     assert all(len(ps) == 1 for n, ps in snapshots.items() if n)
     for p in range(4):
         at = [n for n, ps in snapshots.items() if p in ps and n]
-        assert at and all(b - a == 8 for a, b in zip(at, at[1:]))
+        assert at and all(b - a == 8 for a, b in pairwise(at))

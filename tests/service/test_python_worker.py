@@ -165,10 +165,10 @@ def test_the_processor_gets_what_pyspark_gives_it():
     assert fast_flags == {True}, "spark.python.worker.module did not run service.python_worker"
     assert len(stock) == 12  # 3 topics x 4 partitions
     assert any(len(s["frames"]) > 1 for s in stock)  # keys span Arrow batches and are cut into several frames
-    for s, f in zip(stock, fast):
+    for s, f in zip(stock, fast, strict=True):
         assert f["key"] == s["key"]
         assert len(f["frames"]) == len(s["frames"]), s["key"]
-        for sf, ff in zip(s["frames"], f["frames"]):
+        for sf, ff in zip(s["frames"], f["frames"], strict=True):
             assert ff["columns"] == sf["columns"]
             assert ff["dtypes"] == sf["dtypes"]
             assert ff["rows"] == sf["rows"]

@@ -216,7 +216,7 @@ def test_flush_columns_keeps_composite_keys_whole():
     keys = [("a", 1), ("b", 2), ("a", 1), None, ("b", 2)]
     stamps = np.array([5, 6, 7, 8, 20], dtype=np.int64)
     want = SlidingWindowProcessor(SlidingWindows(10, 5), Count(), "update", batch=True)
-    for k, t in zip(keys, stamps.tolist()):
+    for k, t in zip(keys, stamps.tolist(), strict=True):
         want.process(k, 1, t)
     proc = SlidingWindowProcessor(SlidingWindows(10, 5), Count(), "update", batch=True)
     assert proc.process_columns(keys, stamps, {None: np.ones(5, dtype=np.int64)})

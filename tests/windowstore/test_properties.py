@@ -53,7 +53,7 @@ def test_clean_input_matches_declarative_definition(case):
     td, grace, recs = case
     kinds = classify(recs, td, grace)
     assume("partial" not in kinds)
-    accepted = [r for r, k in zip(recs, kinds) if k == "ok"]
+    accepted = [r for r, k in zip(recs, kinds, strict=True) if k == "ok"]
     expected = r3_table(accepted, td)
     for emit, retention in (("update", None), ("every", 2 * td + grace + 1)):
         out, proc = run(recs, td, grace, emit, retention=retention)

@@ -80,7 +80,7 @@ def test_columns_round_trip(make, floats):
             (back.raw.ts, kw.raw.ts),
         ]:
             assert a.dtype == b.dtype and np.array_equal(a, b)
-        for a, b in [*zip(back.cols.parts, kw.cols.parts), *zip(back.raw.cols, kw.raw.cols)]:
+        for a, b in [*zip(back.cols.parts, kw.cols.parts, strict=True), *zip(back.raw.cols, kw.raw.cols, strict=True)]:
             assert (a is None) == (b is None)
             if a is not None:
                 assert a.dtype == b.dtype and np.array_equal(a, b)
