@@ -33,7 +33,7 @@ def stage_times(event_dir: Path, skip_jobs: int = 3) -> dict[str, dict[str, floa
     stages: dict[int, tuple[bool, int]] = {}
     tasks: dict[int, list[tuple[int, float]]] = {}
     for path in sorted(glob.glob(str(event_dir / "*" / "events_*")) or glob.glob(str(event_dir / "*"))):
-        for line in open(path):
+        for line in Path(path).read_text().splitlines():
             e = json.loads(line)
             kind = e["Event"]
             if kind == "SparkListenerStageCompleted":

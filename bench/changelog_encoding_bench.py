@@ -179,9 +179,9 @@ def main() -> None:
         enc = ChangelogEncoder(spec)
         assert enc.encode_columns(sample, emit_time) == per_record(enc, sample, emit_time), label
         if row_by_row:
-            cpu, (keys, values) = best_cpu(lambda: per_record(enc, cols, emit_time), args.repeat)
+            cpu, (keys, values) = best_cpu(lambda enc=enc: per_record(enc, cols, emit_time), args.repeat)
         else:
-            cpu, (keys, values) = best_cpu(lambda: enc.encode_columns(cols, emit_time), args.repeat)
+            cpu, (keys, values) = best_cpu(lambda enc=enc: enc.encode_columns(cols, emit_time), args.repeat)
         us = cpu / args.rows * 1e6
         json_cost = json_cost or us
         line = (

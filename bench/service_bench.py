@@ -282,9 +282,9 @@ def print_batches(progs):
         if o is not None:
             o = o.asDict()
             line += (
-                " | out %(changelog)d python %(process_ns)s read %(state_read_ns)s write %(state_write_ns)s "
-                "produce %(produce_ns)s hit %(state_cache_hit)d/%(task_batches)d forwarded %(task_forwarded)d buckets loaded "
-                "%(state_buckets_loaded)d written %(state_buckets_written)d"
+                " | out %(changelog)d python %(process_ns)s read %(state_read_ns)s write %(state_write_ns)s "  # noqa: UP031
+                "produce %(produce_ns)s hit %(state_cache_hit)d/%(task_batches)d forwarded %(task_forwarded)d "
+                "buckets loaded %(state_buckets_loaded)d written %(state_buckets_written)d"
                 % {
                     **o,
                     **{
@@ -521,26 +521,26 @@ def main() -> int:
     print(f"produced {args.records} records in {time.monotonic() - t:.1f}s", flush=True)
 
     def settings(name, **kw):
-        base = dict(
-            bootstrap_servers=bootstrap,
-            input_topics=topic,
-            changelog_topic=f"{run}-{name}-out",
-            late_topic=f"{run}-{name}-late",
-            dead_letter_topic=f"{run}-{name}-dlq",
-            changelog_format=args.changelog_format,
-            changelog_key_format=args.changelog_format,
-            schema_registry_url=registry_url,
-            aggregations="count,sum:amount,max:amount",
-            time_difference=args.td,
-            grace=args.grace,
-            emit="update",
-            checkpoint_dir=str(work / f"ck-{name}"),
-            metrics_port=0,
-            state_partitions=args.state_partitions,
-            trigger_interval=0,
-            spark_master="local[*]",
-            max_offsets_per_trigger=args.batch,
-        )
+        base = {
+            "bootstrap_servers": bootstrap,
+            "input_topics": topic,
+            "changelog_topic": f"{run}-{name}-out",
+            "late_topic": f"{run}-{name}-late",
+            "dead_letter_topic": f"{run}-{name}-dlq",
+            "changelog_format": args.changelog_format,
+            "changelog_key_format": args.changelog_format,
+            "schema_registry_url": registry_url,
+            "aggregations": "count,sum:amount,max:amount",
+            "time_difference": args.td,
+            "grace": args.grace,
+            "emit": "update",
+            "checkpoint_dir": str(work / f"ck-{name}"),
+            "metrics_port": 0,
+            "state_partitions": args.state_partitions,
+            "trigger_interval": 0,
+            "spark_master": "local[*]",
+            "max_offsets_per_trigger": args.batch,
+        }
         if args.state_buckets:
             base["state_buckets"] = args.state_buckets
         if args.service_state_partitions:

@@ -132,7 +132,7 @@ class Proc:
     """A system under test: started in its own session, reports ``consumed N`` lines, RSS sampled."""
 
     def __init__(self, cmd, log_path, env=None):
-        self.log = open(log_path, "w")
+        self.log = open(log_path, "w")  # noqa: SIM115 - held for the process lifetime, closed in stop()
         self.p = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True, env=env, cwd=str(ROOT)
         )
@@ -468,7 +468,7 @@ def run_cell(args, bootstrap, cell, systems, work, log_dir):
                     str(Path(args.profile) / f"service-{cell}.txt"),
                 ],
                 stdout=subprocess.DEVNULL,
-                stderr=open(log_dir / f"{out_topic}.pyspy.log", "w"),
+                stderr=open(log_dir / f"{out_topic}.pyspy.log", "w"),  # noqa: SIM115 - py-spy's stderr, for its lifetime
             )
         try:
             t_done = proc.wait_consumed(n, args.timeout)
@@ -661,7 +661,7 @@ def main() -> int:
         broker.stop()
     load_after = os.getloadavg()
     text = table(results, systems)
-    cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT)] + sys.argv[1:])
+    cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT), *sys.argv[1:]])
     header = (
         f"\n### {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC - `{cmd}`\n\n"
         f"{args.records:,} (10/window) / {args.records_dense:,} (1,000/window) backlog records per system and cell, td {args.td} ms, grace {args.grace} ms, "

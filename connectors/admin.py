@@ -101,7 +101,7 @@ def end_offsets(config: Mapping[str, str], topics: Sequence[str], timeout: float
             if tm is None or tm.error is not None:
                 continue
             for p in tm.partitions:
-                lo, hi = c.get_watermark_offsets(TopicPartition(t, p), timeout=timeout, cached=False)
+                _lo, hi = c.get_watermark_offsets(TopicPartition(t, p), timeout=timeout, cached=False)
                 out[(t, p)] = hi
         return out
     finally:

@@ -291,7 +291,7 @@ class Collect(Aggregation):
         return ()
 
     def accumulate(self, acc: tuple, value: Any, key: Hashable = None) -> tuple:
-        return acc + (value,)
+        return acc + (value,)  # noqa: RUF005 - ~40% faster than (*acc, value) (timeit), once per record
 
     def finish(self, acc: tuple) -> list:
         return list(acc)

@@ -381,7 +381,7 @@ def keep_raw(state: EngineState, key: Hashable, kw: Any, value: Any, t: int, clo
         raw = kw.raw = RawRecords([], [None if kind == "count" else [] for kind, _ in plan])
     i = bisect_right(raw.ts, t)
     raw.ts.insert(i, t)
-    for (kind, field), col in zip(plan, raw.cols):
+    for (_kind, field), col in zip(plan, raw.cols):
         if col is not None:
             col.insert(i, value if field is None else value[field])
     if t < close:

@@ -73,7 +73,7 @@ def test_harness_detects_and_shrinks_a_broken_engine(monkeypatch: pytest.MonkeyP
     def broken(records, **kw):
         updates, summary = real(records, **kw)
         if kw["emit"] == "every" and len(updates) >= 2 and updates[-1] != updates[-2]:
-            updates = updates[:-2] + [updates[-1], updates[-2]]
+            updates = [*updates[:-2], updates[-1], updates[-2]]
         if kw["emit"] == "close":
             summary = dict(summary, dropped_records_total=0)
         return updates, summary

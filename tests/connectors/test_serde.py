@@ -44,7 +44,7 @@ def registry():
 
 
 def spec(**kw):
-    base = dict(format="json", key_field="", timestamp_field="", fields=aggregation_fields("count,sum:amount"))
+    base = {"format": "json", "key_field": "", "timestamp_field": "", "fields": aggregation_fields("count,sum:amount")}
     base.update(kw)
     return InputSpec(**base)
 

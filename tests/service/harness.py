@@ -30,16 +30,15 @@ class ServiceProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> ServiceProcess:
-        fh = open(self.log, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service", "run", *self.args],
-            cwd=PROJECT,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            env=self.env,
-            start_new_session=True,
-        )
-        fh.close()
+        with open(self.log, "ab") as fh:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "service", "run", *self.args],
+                cwd=PROJECT,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+            )
         return self
 
     def alive(self) -> bool:
@@ -160,7 +159,7 @@ def consume_all(
                         m.offset(),
                         m.key(),
                         m.value(),
-                        {k: v for k, v in (m.headers() or [])},
+                        dict(m.headers() or []),
                         m.timestamp()[1],
                     )
                 )

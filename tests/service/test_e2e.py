@@ -285,7 +285,7 @@ def test_crash_sigkill_and_restart(kafka_bootstrap, topics, tmp_path):
             time.sleep(0.2)
     finally:
         first.kill()
-    killed_at, offsets = committed_offsets(ck)
+    _killed_at, offsets = committed_offsets(ck)
     assert sum(offsets[topics["in"]].values()) < len(events)  # really mid-stream
 
     second = ServiceProcess(args, tmp_path / "second.log").start()

@@ -122,7 +122,7 @@ def run(kafka_bootstrap, tmp_path_factory):
         ends = {p: sum(1 for e in events if e.partition == p) for p in range(PARTITIONS)}
         wait_until_committed(ck, topics["in"], ends, svc, timeout=300)
         deadline = time.monotonic() + 60
-        while value(text := scrape(port), "slidingwindow_records_consumed_total") < N:
+        while value(scrape(port), "slidingwindow_records_consumed_total") < N:
             assert time.monotonic() < deadline, "consumed never reached the records sent"
             time.sleep(0.5)
         # panel queries are evaluated at this moment: the last micro-batches are inside their [1m] rate windows

@@ -554,7 +554,7 @@ def test_an_idle_worker_builds_a_task_it_never_ran_from_its_first_entry(spool_he
     """Worker 1 runs partition 0 only; worker 0 creates partition 1. Worker 1 builds partition 1's processor
     from the first entry and follows its log while idle, so the first time it gets partition 1 it is a hit,
     with the same output as one worker running everything."""
-    events = [e for e in payment_events(1500, keys=30, partitions=2, seed=5, bad_fraction=0)]
+    events = list(payment_events(1500, keys=30, partitions=2, seed=5, bad_fraction=0))
     cfg = config(emit, buckets=8, snapshot_every=3, spool="t4")
     runner = TaskRunner(cfg)
     states = {0: DictTaskState(), 1: DictTaskState()}

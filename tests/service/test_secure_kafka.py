@@ -109,7 +109,7 @@ def test_service_runs_over_sasl_ssl_with_only_its_acls(secure_kafka: SecureKafka
     svc = ServiceProcess(
         service_args(
             k, topics, ck, "--sink", sink, "--metrics-port", str(port), "--max-offsets-per-trigger", "400", *guarantee
-        ),  # fmt: skip
+        ),
         tmp_path / "service.log",
         env=service_env(k, pw),
     ).start()

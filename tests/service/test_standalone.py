@@ -66,17 +66,16 @@ class StandaloneCluster:
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_WORKER_DIR": str(self.work / "worker"),
         }
-        log = open(self.work / f"{name}.log", "wb")
-        self.procs.append(
-            subprocess.Popen(
-                [str(home / "bin" / "spark-class"), *args],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
+        with open(self.work / f"{name}.log", "wb") as log:
+            self.procs.append(
+                subprocess.Popen(
+                    [str(home / "bin" / "spark-class"), *args],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
             )
-        )
-        log.close()
 
     def workers_alive(self) -> int:
         try:

@@ -36,7 +36,7 @@ def r3_table(records: Sequence[tuple[Hashable, object, int]], td: int) -> dict[t
     for key, recs in by_key.items():
         top = max(ts for ts, _ in recs)
 
-        def members(s: int) -> list[int]:
+        def members(s: int, recs: list = recs) -> list[int]:
             return sorted(i for i, (ts, _) in enumerate(recs) if s <= ts <= s + td)
 
         prev = None

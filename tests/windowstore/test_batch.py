@@ -114,9 +114,9 @@ def test_batch_path_is_taken_on_clean_input_and_not_on_partially_late():
     recs = [(f"k{rnd.randint(0, 9)}", rnd.randint(0, 100), i * 3 + rnd.randint(0, 20)) for i in range(2000)]
     _, _, taken = run(recs, 50, 100, 500, Sum, True)
     assert taken == 4
-    late = recs[:500] + [("k1", 1, 5)]  # 5 + 50 >= close? no: dropped at entry, still batchable
+    late = [*recs[:500], ("k1", 1, 5)]  # 5 + 50 >= close? no: dropped at entry, still batchable
     assert run(late, 50, 100, 501, Sum, True)[2] == 1
-    partial = recs[:500] + [("k1", 1, recs[499][2] - 120)]  # inside td of close: partially late
+    partial = [*recs[:500], ("k1", 1, recs[499][2] - 120)]  # inside td of close: partially late
     assert run(partial, 50, 100, 501, Sum, True)[2] == 0
 
 
@@ -159,7 +159,7 @@ def test_flush_columns_equals_flush(mode, case):
         if "key_id" in cols:  # the keys as ids into a table, where the batch path made the rows
             assert [cols["key_table"][i] for i in cols["key_id"].tolist()] == cols["key"]
         got.append(_rows_from_columns(cols, names))
-    assert got == [[tuple(u[:3]) + (u.value, u.ts, u.count) for u in f] for f in want]
+    assert got == [[(*u[:3], u.value, u.ts, u.count) for u in f] for f in want]
 
 
 @settings(max_examples=200, deadline=None)
@@ -253,7 +253,7 @@ def test_close_mode_batch_path_is_taken_on_a_clean_stream():
     rnd = random.Random(4)
     recs = [(f"k{rnd.randint(0, 9)}", rnd.randint(0, 100), i * 3 + rnd.randint(0, 20)) for i in range(2000)]
     want, _, _ = run(recs, 2000, 100, 250, Sum, False, "close")  # a batch spans ~750 ms, windows close after 2.1 s
-    got, proc, taken = run(recs, 2000, 100, 250, Sum, True, "close")
+    got, _proc, taken = run(recs, 2000, 100, 250, Sum, True, "close")
     assert taken == 8 and got == want and sum(map(len, got)) > 1000
     _, _, taken = run(recs, 50, 100, 250, Sum, True, "close")  # a batch spans 15 windows: the record path
     assert taken == 0

@@ -84,7 +84,7 @@ def expected_of(case: dict[str, Any], with_ts: bool = True) -> list[tuple]:
 
 def _strip_ts_if_unasserted(case: dict[str, Any], rows: list[tuple]) -> list[tuple]:
     if any(e["ts"] is None for e in case["expected"]):
-        return [r[:4] + (None,) for r in rows]
+        return [(*r[:4], None) for r in rows]
     return rows
 
 

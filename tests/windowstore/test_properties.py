@@ -158,7 +158,7 @@ def test_external_state_per_key_round_trip(case, batch, emit):
 def test_key_blob_round_trip(case):
     td, grace, recs = case
     _, proc = run(recs, td, grace, "update", agg=Collect())
-    for key, kw in proc.store.keys.items():
+    for kw in proc.store.keys.values():
         back = decode_key_windows(encode_key_windows(kw))
         assert back.starts == kw.starts
         assert back.entries == kw.entries
