@@ -1,4 +1,5 @@
-"""Side-by-side benchmark on one local broker: this service, Kafka Streams, Spark's built-in hopping windows, a plain loop.
+"""Side-by-side benchmark on one local broker: this service, Kafka Streams, Spark's built-in hopping windows, a
+plain loop.
 
     .venv/bin/python bench/side_by_side.py [--records 200000] [--cells inorder-10,ooo-10,inorder-1000,ooo-1000]
         [--systems kstreams,service,builtin,plain] [--live-rate 1000] [--live-seconds 20] [--out bench/RESULTS.md]
@@ -11,8 +12,8 @@ One local Kafka broker (``devtools.local_broker``) for everything. For each *cel
    system's live phase appends to its own topic, so the backlogs must not be shared). Event time advances at
    ``density * keys / td`` records per second of event time, so every key has ``density`` records per window of
    ``--td``: density 10 uses 10,000 keys and ``--records``, density 1,000 uses 5 keys and
-   ``--records-dense`` (Kafka Streams manages ~100-200 records/s there, see bench/RESULTS.md). ``ooo``: 5% of the records get their timestamp moved back by
-   1..``--grace`` ms (out of order, never late).
+   ``--records-dense`` (Kafka Streams manages ~100-200 records/s there, see bench/RESULTS.md). ``ooo``: 5% of the
+   records get their timestamp moved back by 1..``--grace`` ms (out of order, never late).
 2. Each system runs in turn as its own process (tree), from the earliest offset of its topic:
    ``kstreams`` (bench/kstreams_app, SlidingWindows count+sum+max(sent), default record cache, commit interval
    ``--commit-ms``, ``--partitions`` stream threads), ``service`` (``service.job.start_query`` exactly as
@@ -22,7 +23,8 @@ One local Kafka broker (``devtools.local_broker``) for everything. For each *cel
 3. **live** - once the process has consumed the backlog, the driver produces ``--live-rate`` records/s for
    ``--live-seconds`` to the same topic with record timestamp = wall clock (5% moved back in ``ooo``) and
    ``density * live_keys / td = live-rate`` (so the live phase has the cell's density too: 1,000 keys at 10 per
-   window and 1,000 rec/s; 1 key at 1,000 per window and ``--live-rate-dense`` 100 rec/s), then waits for the output to settle and stops the process.
+   window and 1,000 rec/s; 1 key at 1,000 per window and ``--live-rate-dense`` 100 rec/s), then waits for the output
+   to settle and stops the process.
 
 Figures (every output topic is created with ``message.timestamp.type=LogAppendTime``, so an output record's
 timestamp is the broker's wall clock when it was appended, for every system alike):
@@ -664,9 +666,11 @@ def main() -> int:
     cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT), *sys.argv[1:]])
     header = (
         f"\n### {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC - `{cmd}`\n\n"
-        f"{args.records:,} (10/window) / {args.records_dense:,} (1,000/window) backlog records per system and cell, td {args.td} ms, grace {args.grace} ms, "
+        f"{args.records:,} (10/window) / {args.records_dense:,} (1,000/window) backlog records per system and cell, "
+        f"td {args.td} ms, grace {args.grace} ms, "
         f"{args.partitions} partitions, Spark batch {args.batch:,}, KS commit {args.commit_ms} ms, live "
-        f"{args.live_rate:.0f} / {args.live_rate_dense:.0f} rec/s for {args.live_seconds:.0f} s; {os.cpu_count()} vCPUs, load average "
+        f"{args.live_rate:.0f} / {args.live_rate_dense:.0f} rec/s for {args.live_seconds:.0f} s; "
+        f"{os.cpu_count()} vCPUs, load average "
         f"(1 min) {load_before[0]:.1f} before / {load_after[0]:.1f} after, whole run "
         f"{(time.monotonic() - t0) / 60:.1f} min\n\n"
     )

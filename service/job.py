@@ -3,7 +3,8 @@
 Plan (one streaming query)::
 
     kafka source (topic, partition, offset, key, value, timestamp)
-      -> groupBy(topic, partition[, slot]).transformWithStateInPandas(WindowTaskProcessor)   one task = one input partition
+      -> groupBy(topic, partition[, slot]).transformWithStateInPandas(WindowTaskProcessor)
+           one task = one input partition
            state: ValueState "task" (task meta: stream time, emit progress, expiry index; cache token; buckets)
                   MapState  "buckets" (bucket -> {aggregation key: that key's windows as one blob}, written
                             every state_snapshot_every-th batch; negative: the batches since and the
@@ -409,7 +410,9 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None):  # -> 
         "spark.jars": spark_jars_conf(),
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(settings.state_partitions),
-        "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.providerClass": (
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+        ),
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.adaptive.enabled": "false",

@@ -17,8 +17,8 @@ the seed space is unbounded. Each case picks a *profile* that aims at one area o
 - ``grace0``          grace 0 with small disorder (R22 with close == stream time)
 - ``mixed``           everything at once, several keys
 
-Other draws cover: td 1..20 mostly, sometimes 21..500 / up to 5000 (never 0: Kafka throws); grace 0, small, ~td, or huge;
-1-4 keys per case (one task, shared stream time, R7; sometimes odd keys: empty, prefixes, non-ASCII); occasional
+Other draws cover: td 1..20 mostly, sometimes 21..500 / up to 5000 (never 0: Kafka throws); grace 0, small, ~td, or
+huge; 1-4 keys per case (one task, shared stream time, R7; sometimes odd keys: empty, prefixes, non-ASCII); occasional
 null keys/values (R6); timestamps starting at 0 or
 far from 0. Values identify their record (the input index) for ``collect``; numeric otherwise.
 

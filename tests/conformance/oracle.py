@@ -18,7 +18,8 @@ a result is ``{"id", "updates": [{"key","window_start","window_end","value","ts"
 
 Command line (same contract as ``python -m windowstore replay``)::
 
-    python -m tests.conformance.oracle replay --time-difference-ms 10 --grace-ms 5 --aggregation collect --emit every < records.jsonl
+    python -m tests.conformance.oracle replay --time-difference-ms 10 --grace-ms 5 --aggregation collect \\
+        --emit every < records.jsonl
     python -m tests.conformance.oracle batch [--threads 2] < cases.jsonl
     python -m tests.conformance.oracle build [--force]
 
@@ -77,7 +78,8 @@ def _which(tool: str) -> str:
     if not path:
         raise OracleUnavailable(
             f"'{tool}' was not found on PATH. The Kafka Streams conformance oracle needs a JDK (17+) and "
-            f"Maven (3.8+) to build and run tests/conformance/oracle/ (e.g. apt-get install openjdk-17-jdk-headless maven)."
+            "Maven (3.8+) to build and run tests/conformance/oracle/ "
+            "(e.g. apt-get install openjdk-17-jdk-headless maven)."
         )
     return path
 
