@@ -1,12 +1,12 @@
 """The Python worker Spark runs for the service (``spark.python.worker.module``): pyspark's own worker, with
 a vectorized input path for ``transformWithStateInPandas``.
 
-pyspark (4.3) hands a stateful processor its input by converting each Arrow batch to pandas and then walking
-it row by row: ``itertuples()``, a key tuple per row, ``itertools.groupby`` over the rows, and
-``pd.DataFrame(list of namedtuples)`` per chunk: Python work per input row that shows at the service's rates
-(``bench/python_worker_bench.py``; figures in bench/RESULTS.md). The rows of one grouping key arrive contiguous
-(Spark sorts them), so this worker finds the runs of equal keys with one Arrow comparison per key column,
-converts each Arrow batch to pandas once (as pyspark does) and hands out row ranges of it. It gives the processor the same thing:
+pyspark (4.3) hands a stateful processor its input by converting each Arrow batch to pandas and then walking it row by
+row: ``itertuples()``, a key tuple per row, ``itertools.groupby`` over the rows, and ``pd.DataFrame(list of
+namedtuples)`` per chunk: Python work per input row that shows at the service's rates (``bench/python_worker_bench.py``;
+figures in bench/RESULTS.md). The rows of one grouping key arrive contiguous (Spark sorts them), so this worker finds
+the runs of equal keys with one Arrow comparison per key column, converts each Arrow batch to pandas once (as pyspark
+does) and hands out row ranges of it. It gives the processor the same thing:
 
 * one call per grouping key, with the key as a tuple of Python values (the first row's ``as_py()``, as
   pyspark's ``tuple(row[o] ...)`` of the pandas row);
