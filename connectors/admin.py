@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 __all__ = ["TopicSpec", "ensure_topics", "partition_counts", "end_offsets", "AdminError"]
 
@@ -33,7 +36,7 @@ class _DebugLog:
         logger.debug(fmt, *args)
 
 
-def _admin(config: Mapping[str, str]):
+def _admin(config: Mapping[str, str]) -> AdminClient:
     from confluent_kafka.admin import AdminClient
 
     settings: dict[str, Any] = {"logger": _DebugLog(), **dict(config)}  # librdkafka also takes a logger

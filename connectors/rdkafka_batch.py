@@ -83,9 +83,9 @@ _NUMPY_TYPES = {
 #: the same layout as a numpy record, so a whole array of messages is filled column by column
 MESSAGE_DTYPE = np.dtype(
     {
-        "names": [name for name, _t in _Message._fields_],
-        "formats": [_NUMPY_TYPES[t] for _n, t in _Message._fields_],
-        "offsets": [getattr(_Message, name).offset for name, _t in _Message._fields_],
+        "names": [f[0] for f in _Message._fields_],
+        "formats": [_NUMPY_TYPES[f[1]] for f in _Message._fields_],
+        "offsets": [getattr(_Message, f[0]).offset for f in _Message._fields_],
         "itemsize": ctypes.sizeof(_Message),
     }
 )

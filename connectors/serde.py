@@ -92,8 +92,9 @@ _NUMBER_TYPES = (int, float, decimal.Decimal)
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _json_decoder = json.JSONDecoder()
 _decode_json_text = _json_decoder.decode  # what json.loads does with a str and no options
-_scan_json = _json_decoder.scan_once  # what that decode calls at the first non-whitespace character
-_json_whitespace = json.decoder.WHITESPACE.match
+# typeshed leaves out these two (CPython's json.decoder has them since 2.x)
+_scan_json = _json_decoder.scan_once  # type: ignore[attr-defined]  # what decode calls at the first non-whitespace
+_json_whitespace = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]
 
 
 def loads_json(data: bytes) -> Any:
@@ -148,7 +149,7 @@ class Decoded(NamedTuple):
     :meth:`of`), read by the processor, the batch's stats and its log entry."""
 
     #: each record's position in the task's input
-    index: list[int]
+    index: list[int]  # type: ignore[assignment]  # shadows tuple.index on purpose: the public field name
     keys: list[Any]
     #: the decoded values: the processor's fallbacks and drop reports get these very objects
     values: list[Any]
@@ -453,6 +454,7 @@ class InputDecoder:
         if set(map(type, objs)) != {dict}:
             return None
         spec = self.spec
+        ks: list[Any] | None
         if spec.key_field:
             ks = [o.get(spec.key_field) for o in objs]
             if set(map(type, ks)) != {str}:  # int keys become str on the record path: left to it

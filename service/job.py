@@ -175,7 +175,7 @@ def _state_schemas():  # -> tuple[StructType, StructType, StructType]
     )
 
 
-class WindowTaskProcessor(_StatefulProcessorBase):  # type: ignore[misc,valid-type]
+class WindowTaskProcessor(_StatefulProcessorBase):
     """``transformWithStateInPandas`` processor: one grouping key = one input partition (topic, partition)."""
 
     def __init__(self, config: TaskConfig) -> None:

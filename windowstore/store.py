@@ -410,7 +410,8 @@ class WindowStore:
         bound = self.read_bound()
         for key in list(self.keys):
             kw = self.load(key)
-            for s in kw.starts:  # type: ignore[union-attr]
+            assert kw is not None  # key is one of self.keys
+            for s in kw.starts:
                 if s >= bound:
                     e = kw.entries[s]
                     yield (key, s, e[0], e[1], e[2])

@@ -42,7 +42,7 @@ class WindowUpdate(NamedTuple):
     end: int
     value: Any
     ts: int
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count on purpose: the public field name
 
 
 class DropReason(str, enum.Enum):
