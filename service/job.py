@@ -35,13 +35,19 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from connectors.producer import PRODUCER_DEFAULTS, producer_config, producer_for
 from service import owners
 from service.processing import STATS_FIELDS, TaskConfig, TaskOutput, TaskRunner, TaskState, process_task_batch
 from service.spool import spool_id
+
+if TYPE_CHECKING:  # pyspark and pandas are imported where they run, so that this module loads without them
+    import pandas as pd
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.types import StructType
 
 __all__ = [
     "OUTPUT_SCHEMA",
@@ -157,7 +163,7 @@ class _SparkTaskState(TaskState):
         self._buckets.removeKey((bucket,))
 
 
-def _state_schemas():  # -> tuple[StructType, StructType, StructType]
+def _state_schemas() -> tuple[StructType, StructType, StructType]:
     """The processor's state schemas: the task record (ValueState "task"), the bucket key and the bucket blob
     (MapState "buckets")."""
     from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
@@ -229,10 +235,10 @@ def run_batch(
     state: TaskState,
     topic: str,
     partition: int,
-    offsets: list[int],
-    keys: list[Any],
-    values: list[Any],
-    timestamps: list[Any],
+    offsets: Sequence[int],
+    keys: Sequence[Any],
+    values: Sequence[Any],
+    timestamps: Sequence[Any],
 ) -> TaskOutput:
     """One task batch in this Python worker (:func:`service.processing.process_task_batch`); with the direct
     sink its rows are produced here and acknowledged before it returns (a failure fails the batch)."""
@@ -269,10 +275,10 @@ def run_batch_exactly_once(
     state: TaskState,
     topic: str,
     partition: int,
-    offsets: list[int],
-    keys: list[Any],
-    values: list[Any],
-    timestamps: list[Any],
+    offsets: Sequence[int],
+    keys: Sequence[Any],
+    values: Sequence[Any],
+    timestamps: Sequence[Any],
 ) -> TaskOutput:
     """One task batch in ONE Kafka transaction with its input offset (:mod:`connectors.transactions`).
 
@@ -374,7 +380,7 @@ def run_batch_exactly_once(
     return out
 
 
-def _rows_frame(out: TaskOutput):  # -> pandas.DataFrame
+def _rows_frame(out: TaskOutput) -> pd.DataFrame:
     """The output rows of a task batch as a frame of :data:`OUTPUT_SCHEMA` (for Spark's Kafka sink)."""
     import numpy as np
     import pandas as pd
@@ -397,7 +403,7 @@ def _rows_frame(out: TaskOutput):  # -> pandas.DataFrame
 
 
 # ------------------------------------------------------------------------------------------------ Spark wiring
-def build_spark(settings: Any, extra_conf: dict[str, str] | None = None):  # -> SparkSession
+def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> SparkSession:
     """A SparkSession with Spark's Kafka connector on the classpath and the RocksDB state store."""
     from pyspark.sql import SparkSession
 
@@ -488,7 +494,7 @@ def _kafka_options(settings: Any) -> dict[str, str]:
 TASK_SLOTS = 64
 
 
-def task_slot(state_partitions: int):  # -> Column
+def task_slot(state_partitions: int) -> Column:
     """The ``slot`` column that spreads tasks evenly over ``state_partitions``.
 
     Spark sends grouping key ``(topic, partition)`` to state partition ``pmod(hash(topic, partition), n)``:
@@ -564,7 +570,7 @@ def checkpoint_balance_tasks(checkpoint_dir: str, balance_tasks: bool) -> bool:
 SOURCE_DEFAULTS = {"kafka.fetch.max.wait.ms": "10"}
 
 
-def source_frame(spark: Any, settings: Any):
+def source_frame(spark: Any, settings: Any) -> DataFrame:
     """The Kafka source as (topic, partition, offset, key, value, ts) with ts = record timestamp in epoch ms, plus
     ``slot`` (:func:`task_slot`) when ``balance_tasks`` is on."""
     from pyspark.sql import functions as F
@@ -589,7 +595,7 @@ def source_frame(spark: Any, settings: Any):
     return df.select(*cols)
 
 
-def windowed_frame(source: Any, config: TaskConfig):
+def windowed_frame(source: Any, config: TaskConfig) -> DataFrame:
     """Apply the per-partition window processor; output rows per :data:`OUTPUT_SCHEMA`."""
     keys = ["topic", "partition"] + (["slot"] if "slot" in source.columns else [])
     return source.groupBy(*keys).transformWithStateInPandas(
@@ -600,14 +606,14 @@ def windowed_frame(source: Any, config: TaskConfig):
     )
 
 
-def _stat(name: str):  # -> Column
+def _stat(name: str) -> Column:
     """One counter of the ``stats`` column (null on output-record rows)."""
     from pyspark.sql import functions as F
 
     return F.col("stats").getItem(STATS_INDEX[name])
 
 
-def observed_columns():
+def observed_columns() -> list[Column]:
     from pyspark.sql import functions as F
 
     cols = [F.count(F.when(F.col("kind") == "stats", 1)).alias("task_batches")]
@@ -631,7 +637,7 @@ def observed_columns():
     return cols
 
 
-def sink_frame(windowed: Any):
+def sink_frame(windowed: Any) -> DataFrame:
     """Observe the counters, drop the stats rows; the rest is what the Kafka sink writes."""
     from pyspark.sql import functions as F
 
@@ -639,7 +645,7 @@ def sink_frame(windowed: Any):
     return observed.where(F.col("kind") != "stats").select("topic", "key", "value", "headers")
 
 
-def start_query(spark: Any, settings: Any, config: TaskConfig, query_name: str = "slidingwindow"):
+def start_query(spark: Any, settings: Any, config: TaskConfig, query_name: str = "slidingwindow") -> StreamingQuery:
     """Start the streaming query (Kafka -> windows -> Kafka); returns the StreamingQuery.
 
     ``sink=spark``: the output rows go to Spark's Kafka sink. ``sink=direct``: the workers have produced them

@@ -233,9 +233,9 @@ def _handle(addr: str, listener: Listener, conn: Connection) -> None:
         if give_up:
             del _owned[addr]
     if entry is None or give_up:
-        if give_up:
+        if give_up and entry is not None:  # (give_up implies an entry)
             _close(listener)
-            drop_cached(entry[1], entry[2], entry[3])  # type: ignore[index]
+            drop_cached(entry[1], entry[2], entry[3])
             logger.info(
                 "gave task %s-%d to a less busy worker (%d tasks here, %d there)", entry[2], entry[3], mine, theirs
             )

@@ -23,7 +23,7 @@ import uuid
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Concatenate, NamedTuple, ParamSpec
+from typing import Any, Concatenate, NamedTuple, ParamSpec, cast
 
 import numpy as np
 
@@ -391,7 +391,7 @@ class TaskRunner:
         if getattr(proc, "batch", False):
             # identical results to the record path; the batch fast path where it applies. The record values go
             # along so fallbacks and drop reports get the very objects decoded here (late rows map back by id)
-            fields = {}
+            fields: dict[str | None, Any] = {}
             for name, numeric in self.config.input.fields:
                 if numeric:
                     col = np.asarray(good.fields[name])
@@ -825,7 +825,8 @@ def process_task_batch(
             state.put_bucket(log_slot(cur.entries, cur.parity), log)
         if snapshot_now:
             for k, blob in proc.export_keys(proc.dirty_keys()).items():
-                changed.setdefault(bucket_of(k, n_buckets), {})[k] = blob
+                key = cast(str, k)  # the service's aggregation keys are str (decoded record keys)
+                changed.setdefault(bucket_of(key, n_buckets), {})[key] = blob
             for b, bucket_entries in changed.items():
                 data = source.bucket(b)  # a bucket no key was loaded from (new keys only) is read before rewriting
                 for k, blob in bucket_entries.items():

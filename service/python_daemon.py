@@ -121,7 +121,7 @@ def keep_memory() -> list[str]:
 
 
 _daemon.worker = worker
-_daemon.gc = BetweenTasks()  # the daemon's only use of gc: ``gc.collect()`` in the child between tasks
+_daemon.gc = BetweenTasks()  # type: ignore[assignment]  # a stand-in for the gc module: the daemon's only use of gc: ``gc.collect()`` in the child between tasks
 
 if __name__ == "__main__":
     keep_memory()

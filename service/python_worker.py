@@ -162,7 +162,8 @@ def fast_transform_with_state(closure: dict[str, Any]) -> Callable[[int, Iterato
                 axis=1,
             )
             # the column names pyspark's frames get: itertuples' namedtuple fields
-            pdf.columns = list(collections.namedtuple("Pandas", list(pdf.columns), rename=True)._fields)
+            # typeshed types a namedtuple() made from a runtime list of names as a bare tuple class
+            pdf.columns = list(collections.namedtuple("Pandas", list(pdf.columns), rename=True)._fields)  # type: ignore[attr-defined]
             for start, end in key_runs(batch, key_offsets):
                 run_key = tuple(batch.column(o)[start].as_py() for o in key_offsets)
                 if pieces and run_key != key:

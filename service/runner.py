@@ -13,13 +13,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.admin import AdminError, TopicSpec, ensure_topics, partition_counts
 from service import metrics
 from service.checkpoint_access import checkpoint_dir_problem
 from service.processing import TaskConfig
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQueryListener
 
 __all__ = ["prepare", "run", "BatchReport", "ServiceError"]
 
@@ -221,7 +224,7 @@ def _listener(
     lag: metrics.LagPoller | None = None,
     late_topic: bool = True,
     committer: Any = None,
-):
+) -> StreamingQueryListener:
     from pyspark.sql.streaming import StreamingQueryListener
 
     class Listener(StreamingQueryListener):
@@ -314,7 +317,7 @@ def run(
     )
     try:
         while not stop.is_set() and query.isActive:
-            query.awaitTermination(0.5)
+            query.awaitTermination(0.5)  # type: ignore[arg-type]  # pyspark annotates int; it takes seconds as float
     finally:
         if query.isActive:
             query.stop()

@@ -14,9 +14,12 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.security import NO_SECRET, SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaSecurity, Secret, read_secret
+
+if TYPE_CHECKING:
+    from windowstore import Aggregation, SlidingWindows
 
 __all__ = [
     "Settings",
@@ -530,12 +533,12 @@ class Settings:
         return self.trigger_interval
 
     @property
-    def windows(self):  # -> windowstore.SlidingWindows
+    def windows(self) -> SlidingWindows:
         from windowstore import SlidingWindows
 
         return SlidingWindows(self.time_difference_ms, self.grace_ms)
 
-    def aggregation(self):  # -> windowstore.Aggregation (a new instance)
+    def aggregation(self) -> Aggregation:  # a new instance
         from windowstore import parse_aggregations
 
         return parse_aggregations(self.aggregations)
@@ -586,7 +589,7 @@ SETTINGS = tuple(f.name for f in fields(Settings))
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per setting; the help shows the default and the environment variable."""
-    groups: dict[str, argparse._ArgumentGroup] = {}
+    groups: dict[str | None, argparse._ArgumentGroup] = {}
     section = None
     for f in fields(Settings):
         spec: _Spec = f.metadata["spec"]
