@@ -107,8 +107,9 @@ def test_service_runs_over_sasl_ssl_with_only_its_acls(secure_kafka: SecureKafka
     port = find_free_port()
     ck = tmp_path / "checkpoint"
     svc = ServiceProcess(
-        service_args(k, topics, ck, "--sink", sink, "--metrics-port", str(port), "--max-offsets-per-trigger", "400",
-                     *guarantee),  # fmt: skip
+        service_args(
+            k, topics, ck, "--sink", sink, "--metrics-port", str(port), "--max-offsets-per-trigger", "400", *guarantee
+        ),
         tmp_path / "service.log",
         env=service_env(k, pw),
     ).start()
