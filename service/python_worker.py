@@ -263,7 +263,7 @@ def main(infile: Any, outfile: Any) -> None:
 
 
 if __name__ == "__main__":  # without the daemon (spark.python.use.daemon=false) Spark runs ``python -m MODULE``
-    from pyspark.util import get_sock_file_to_executor
+    from pyspark.worker_util import get_sock_file_to_executor
 
     with get_sock_file_to_executor() as sock_file:
         main(sock_file, sock_file)
