@@ -33,13 +33,17 @@ def _rows(cols):
     vals = {n: cols["values"][n].tolist() for n in NAMES}
     for n in NAMES:
         assert cols["values"][n].ndim == 1
-    return [(k, int(s), int(e), {n: vals[n][i] for n in NAMES}, int(t), int(c))
-            for i, (k, s, e, t, c) in enumerate(zip(cols["key"], cols["start"], cols["end"], cols["ts"],
-                                                    cols["count"]))]
+    return [
+        (k, int(s), int(e), {n: vals[n][i] for n in NAMES}, int(t), int(c))
+        for i, (k, s, e, t, c) in enumerate(
+            zip(cols["key"], cols["start"], cols["end"], cols["ts"], cols["count"], strict=True)
+        )
+    ]
 
 
 def _typed(rows):
     """Rows with every value paired with its type (1 == 1.0 == True in Python; the types must match too)."""
+
     def t(v):
         return [t(x) for x in v] if isinstance(v, list) else (type(v), v)
 
@@ -60,7 +64,7 @@ def test_collect_batch_path_and_columns_equal_record_path(mode, case):
     for b in range(0, len(recs), batch_size):
         proc.process_batch(recs[b : b + batch_size])
         cols.append(_typed(_rows(proc.flush_columns())))
-    assert cols == [_typed([tuple(u[:3]) + (u.value, u.ts, u.count) for u in f]) for f in want]
+    assert cols == [_typed([(*u[:3], u.value, u.ts, u.count) for u in f]) for f in want]
 
 
 def test_collect_lists_of_equal_and_different_lengths_are_one_element_per_row():
