@@ -249,8 +249,13 @@ def read_to_end(bootstrap, topic, chunk=5000):
         ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in md.partitions}
         c.assign([TopicPartition(topic, p, 0) for p in ends])
         pos = {p: 0 for p in ends}
-        while any(pos[p] < ends[p] for p in ends):
-            for m in c.consume(chunk, timeout=2):
+        idle = 0
+        # a transactional topic (processing_guarantee=exactly_once) ends with a commit marker, which is never
+        # delivered: the topic is complete once nothing more comes (its writer has stopped)
+        while any(pos[p] < ends[p] for p in ends) and idle < 3:
+            msgs = c.consume(chunk, timeout=2)
+            idle = 0 if msgs else idle + 1
+            for m in msgs:
                 if m.error():
                     continue
                 pos[m.partition()] = m.offset() + 1
@@ -350,6 +355,9 @@ def main() -> int:
     ap.add_argument("--skip-service", action="store_true")
     ap.add_argument("--sinks", default="spark", help="the service's sink(s), comma-separated: spark, direct "
                     "(each one a row of the same run)")
+    ap.add_argument("--guarantees", default="", help="the service's processing_guarantee(s), comma-separated: "
+                    "at_least_once, exactly_once (both: the cost of exactly_once side by side; default: the "
+                    "settings' default)")
     ap.add_argument("--changelog-format", default="json", choices=("json", "avro"),
                     help="the service's changelog key and value format (the built-in writes JSON); avro registers the "
                          "schemas in an in-process Schema Registry double (tests/service/schema_registry_double.py: "
@@ -419,8 +427,14 @@ def main() -> int:
         return Settings(**base)
 
     sinks = [x.strip() for x in args.sinks.split(",") if x.strip()]
+    guarantees = [x.strip() for x in args.guarantees.split(",") if x.strip()] or [Settings().processing_guarantee]
+    # name -> the service settings that set it apart
     services = {} if args.skip_service else {
-        ("service" if len(sinks) == 1 else f"service, sink={sink}"): sink for sink in sinks}
+        "service" + (f", sink={sink}" if len(sinks) > 1 else "") + (f", {g}" if len(guarantees) > 1 else ""):
+            {"sink": sink, "processing_guarantee": g} for sink in sinks for g in guarantees}
+
+    def slug(name: str) -> str:
+        return "".join(c for c in name.split(",", 1)[-1] if c.isalnum()) or "svc"
     spark = build_spark(settings("svc"))
     spark.sparkContext.setLogLevel("ERROR")
     def throughput(name: str, n: int | str, source: str = topic, records: int = args.records) -> dict:
@@ -429,8 +443,7 @@ def main() -> int:
             q = builtin_query(spark, bootstrap, source, f"{run}-builtin-out{n}", str(work / f"ck-builtin{n}"), args.td,
                               args.hop, args.grace, args.batch, 0, output_mode=args.builtin_output_mode)
         else:
-            sink = services[name]
-            q = service_query(spark, settings(f"svc-{sink}{n}", sink=sink, input_topics=source))
+            q = service_query(spark, settings(f"svc-{slug(name)}{n}", input_topics=source, **services[name]))
         r = drain(q, records, args.timeout)
         print(f"{name} (pass {n}):", {k: v for k, v in r.items() if k != "progress"}, flush=True)
         print_batches(r["progress"])
@@ -463,7 +476,7 @@ def main() -> int:
             if name in services:
                 s = settings(f"live-{i}", input_topics=ltopic, changelog_topic=out_topic, max_offsets_per_trigger=0,
                              trigger_interval=args.trigger, checkpoint_dir=str(work / f"ck-live-{i}"),
-                             sink=services[name], aggregations="count,sum:amount,max:amount,max:sent")
+                             aggregations="count,sum:amount,max:amount,max:sent", **services[name])
                 q = service_query(spark, s)
             else:
                 ensure_topics({"bootstrap.servers": bootstrap}, [TopicSpec(out_topic, args.partitions)])
@@ -518,6 +531,19 @@ def main() -> int:
             a, b = results[name]["steady_rows_per_s"], results["builtin"]["steady_rows_per_s"]
             if a and b:
                 lines.append(f"\n{name} / built-in steady rows/s: {a / b:.2f} (passes together)")
+    eos = [n for n in services if services[n]["processing_guarantee"] == "exactly_once"]
+    for name in eos:  # the cost of exactly_once: against the same sink with at_least_once
+        alo = next((n for n in services if services[n] == {**services[name], "processing_guarantee":
+                                                           "at_least_once"}), None)
+        if alo is None:
+            continue
+        a, b = results[name]["steady_rows_per_s"], results[alo]["steady_rows_per_s"]
+        if a and b:
+            lines.append(f"\n{name} / {alo} steady rows/s: {a / b:.2f} (passes together)")
+        if name in lat and alo in lat and None not in (lat[name].get("p99_ms"), lat[alo].get("p99_ms"),
+                                                       lat[name].get("p50_ms"), lat[alo].get("p50_ms")):
+            lines.append(f"{name} - {alo} latency from send: p50 {lat[name]['p50_ms'] - lat[alo]['p50_ms']:+.0f} "
+                         f"ms, p99 {lat[name]['p99_ms'] - lat[alo]['p99_ms']:+.0f} ms")
     if lat:
         lines += ["", "| query | live rate/s | from send p50 ms | p99 ms | max ms | from event time p50 ms | p99 ms "
                       "| max ms | instant system's from event time p99 ms | from send p99 ms, windows full "

@@ -319,10 +319,19 @@ class BatchProducer:
                         name = lib.topic_name(m.rkt).decode(errors="replace") if m.rkt else "?"
                         self._on_failure(count, f"{name}: {lib.err2str(m.err).decode(errors='replace')}")
                 elif kind == _EVENT_ERROR:
+                    self.on_error_event(ev)
                     logger.warning("Kafka producer: %s", (lib.event_error_string(ev) or b"").decode(errors="replace"))
             finally:
                 lib.event_destroy(ev)
             ev = lib.queue_poll(self._queue, 0)
+
+    def on_error_event(self, event: int) -> None:
+        """Called with each error event (an ``rd_kafka_event_t*``) :meth:`serve` handles; a subclass's hook."""
+
+    @property
+    def handle(self) -> int:
+        """The ``rd_kafka_t*`` (for a subclass's further librdkafka calls on the same producer)."""
+        return self._rk
 
     def pending(self) -> int:
         """Rows (and events) librdkafka still holds: not yet acknowledged, or failed and not yet served."""

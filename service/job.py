@@ -97,6 +97,8 @@ def task_config(settings: Any, key_schema_id: int | None = None, value_schema_id
         processing_exception_handler=settings.processing_exception_handler,
         producer=tuple(sorted(producer_config(settings.bootstrap_servers, settings.rdkafka_options()).items()))
         if settings.sink == "direct" else (),
+        processing_guarantee=settings.processing_guarantee,
+        application_id=settings.app_name,
     )
 
 
@@ -199,6 +201,8 @@ def run_batch(config: TaskConfig, state: TaskState, topic: str, partition: int, 
               keys: list[Any], values: list[Any], timestamps: list[Any]) -> TaskOutput:
     """One task batch in this Python worker (:func:`service.processing.process_task_batch`); with the direct
     sink its rows are produced here and acknowledged before it returns (a failure fails the batch)."""
+    if config.processing_guarantee == "exactly_once":
+        return run_batch_exactly_once(config, state, topic, partition, offsets, keys, values, timestamps)
     producer = producer_for(dict(config.producer), config.batch_produce) if config.sink == "direct" else None
 
     def send(o: TaskOutput) -> None:
@@ -215,6 +219,98 @@ def run_batch(config: TaskConfig, state: TaskState, topic: str, partition: int, 
         t0 = time.perf_counter_ns()
         producer.wait()
         out.stats["produce_ns"] += time.perf_counter_ns() - t0
+    return out
+
+
+def run_batch_exactly_once(config: TaskConfig, state: TaskState, topic: str, partition: int, offsets: list[int],
+                           keys: list[Any], values: list[Any], timestamps: list[Any]) -> TaskOutput:
+    """One task batch in ONE Kafka transaction with its input offset (:mod:`connectors.transactions`).
+
+    The batch's end (last offset + 1) already committed to the group: the batch is a replay of one whose
+    transaction committed (a crash between that commit and Spark's checkpoint, or a retried task). It is
+    processed again - the state must be what it was - but produces nothing, and its counters are zeroed
+    (:data:`~service.processing.REPLAY_ZEROED`). Otherwise the rows go to the transaction as soon as they are
+    made (before the state is written), and the transaction commits after the state is written and before the
+    task completes: Spark commits the state only after that, so state and output never disagree for long - a
+    crash in between replays the batch, which then finds its offset committed. A fenced or aborted transaction
+    (the task ran elsewhere meanwhile, the broker restarted) is redone with a new producer, up to
+    ``ATTEMPTS`` times; then the batch fails and Spark replays it."""
+    from confluent_kafka import KafkaException
+
+    from connectors.transactions import ATTEMPTS, TransactionFailed, task_producer
+    from service.processing import REPLAY_ZEROED
+
+    txn = task_producer(dict(config.producer), config.application_id, topic, partition, config.batch_produce)
+    end = int(offsets[-1]) + 1
+    aborted = 0
+    committed: int | None = None
+    for attempt in range(ATTEMPTS):
+        try:
+            committed = txn.committed()
+            break
+        except KafkaException as e:
+            txn.recover(e)
+            if attempt == ATTEMPTS - 1:
+                raise TransactionFailed(f"cannot read the committed offset of {topic}-{partition} in group "
+                                        f"{config.application_id}: {e}") from e
+    if committed is not None and committed >= end:
+        out = process_task_batch(_runner(config), state, topic, partition, offsets, keys, values, timestamps)
+        for name in REPLAY_ZEROED:
+            out.stats[name] = 0
+        out.stats["txn_skipped"] = 1
+        return out
+    if committed is not None and committed > int(offsets[0]):
+        logger.warning("the group %s committed %s-%d at %d, inside this batch's offsets %d..%d: its output is "
+                       "written again (was the checkpoint replaced?)", config.application_id, topic, partition,
+                       committed, offsets[0], end - 1)
+
+    def send(o: TaskOutput) -> None:
+        txn.begin()
+        txn.send(o.topic, o.key, o.value, o.headers)
+        txn.send_rows(o.changelog_topic, o.changelog_keys, o.changelog_values)
+
+    failed: list[Exception] = []
+
+    def first_send(o: TaskOutput) -> None:
+        try:
+            send(o)
+        except KafkaException as e:  # redone below with a new producer
+            failed.append(e)
+            txn.recover(e)
+
+    out = process_task_batch(_runner(config), state, topic, partition, offsets, keys, values, timestamps,
+                             on_output=first_send)
+    t0 = time.perf_counter_ns()
+    for attempt in range(ATTEMPTS + 1):
+        try:
+            if failed:
+                aborted += 1
+                if attempt == ATTEMPTS:
+                    raise TransactionFailed(f"the transaction of {topic}-{partition} failed {ATTEMPTS} times: "
+                                            f"{failed[-1]}") from failed[-1]
+                logger.info("the transaction of %s-%d failed (%s); redoing it", topic, partition, failed[-1])
+                # fenced: someone else ran this task meanwhile - did it commit this very batch?
+                covered = txn.committed()
+                if covered is not None and covered >= end:
+                    for name in REPLAY_ZEROED:
+                        out.stats[name] = 0
+                    out.stats["txn_skipped"] = 1
+                    out.stats["txn_aborted"] = aborted
+                    return out
+                failed.clear()
+                send(out)
+            txn.commit(end)
+            break
+        except KafkaException as e:
+            failed.append(e)
+            txn.recover(e)
+    else:  # pragma: no cover - every path above breaks, returns or raises
+        raise TransactionFailed(f"the transaction of {topic}-{partition} did not commit")
+    s = out.stats
+    s["txn_commit_ns"] = time.perf_counter_ns() - t0
+    s["produce_ns"] += s["txn_commit_ns"]
+    s["txn_committed"] = 1
+    s["txn_aborted"] = aborted
     return out
 
 
@@ -412,6 +508,9 @@ def source_frame(spark: Any, settings: Any):
     reader = reader.option("subscribe", ",".join(settings.input_topics))
     reader = reader.option("startingOffsets", settings.starting_offsets)
     reader = reader.option("failOnDataLoss", "true")
+    if getattr(settings, "processing_guarantee", "") == "exactly_once" and \
+            "kafka.isolation.level" not in dict(settings.source_options):
+        reader = reader.option("kafka.isolation.level", "read_committed")  # upstream transactions: committed only
     if settings.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
     df = reader.load()

@@ -273,6 +273,7 @@ def record_progress(observed: Mapping[str, Any], progress: Mapping[str, Any], la
     worker_seconds.labels("state_write").inc(o.get("state_write_ns", 0) / 1e9)
     worker_seconds.labels("produce").inc(o.get("produce_ns", 0) / 1e9)
     worker_seconds.labels("catch_up").inc(o.get("state_log_shared_ns", 0) / 1e9)
+    record_transactions(o)
     if any(k.startswith("lateness_b") for k in o):
         record_lateness.add(_buckets(o, "lateness_b", len(LATENESS_BUCKETS_MS)), o.get("lateness_ms_sum", 0) / 1000)
     if any(k.startswith("latency_b") for k in o):
@@ -417,3 +418,26 @@ class LagPoller:
             except Exception:
                 pass
             self._consumer = None
+
+
+# ------------------------------------------------------------------------------ processing_guarantee=exactly_once
+transactions_committed = Counter(P + "transactions_committed_total", "Kafka transactions committed (exactly_once: "
+                                 "one per task micro-batch with output: its rows and its input offset)",
+                                 registry=REGISTRY)
+transactions_aborted = Counter(P + "transactions_aborted_total", "Kafka transactions aborted or fenced and redone "
+                               "(exactly_once; a batch that then failed is replayed by Spark)", registry=REGISTRY)
+transaction_commit_seconds = Counter(P + "transaction_commit_seconds_total", "Time in sending the input offset "
+                                     "and committing the transactions (exactly_once)", registry=REGISTRY)
+batches_already_committed = Counter(P + "task_batches_already_committed_total", "Replayed task micro-batches "
+                                    "whose transaction had committed (exactly_once): state rebuilt, nothing "
+                                    "produced, not counted in the record counters again", registry=REGISTRY)
+METRICS.update({m._name: m for m in (transactions_committed, transactions_aborted, transaction_commit_seconds,
+                                     batches_already_committed)})
+
+
+def record_transactions(o: Mapping[str, int]) -> None:
+    """The exactly_once counters of one micro-batch's observed sums (``txn_*``, service.processing)."""
+    transactions_committed.inc(o.get("txn_committed", 0))
+    transactions_aborted.inc(o.get("txn_aborted", 0))
+    transaction_commit_seconds.inc(o.get("txn_commit_ns", 0) / 1e9)
+    batches_already_committed.inc(o.get("txn_skipped", 0))

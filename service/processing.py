@@ -81,10 +81,24 @@ STATS_FIELDS = (
     # of dead_lettered, per reason (the ``error`` header; service.metrics.dead_letter_stat names them)
     *(dead_letter_stat(r) for r in DEAD_LETTER_REASONS),
     "missing_field_records",  # of dead_lettered: lacking a field the aggregations read (likely a typo)
+    # processing_guarantee=exactly_once (connectors.transactions; 0 with at_least_once)
+    "txn_committed",  # 1 when the batch's transaction committed
+    "txn_aborted",  # transactions of this batch aborted or fenced before one committed (each redone)
+    "txn_commit_ns",  # time in send_offsets_to_transaction + commit_transaction
+    "txn_skipped",  # 1 when the group's offset already covered the batch: state updated, nothing produced
 )
 
 #: a batch where more than this share of the records lack an aggregated field logs a warning naming it
 MISSING_FIELD_WARN_SHARE = 0.5
+
+#: the counters of what a batch read and wrote, zeroed in a replayed batch that is already in Kafka
+#: (processing_guarantee=exactly_once), so the service's counters stay exact across a replay
+REPLAY_ZEROED = ("records", "aggregated", "late", "dead_lettered", "changelog", "windows_created",
+                 "windows_updated", "skipped_windows", "windows_expired", "dead_deserialization", "dead_invalid",
+                 *(dead_letter_stat(r) for r in DEAD_LETTER_REASONS), "missing_field_records",
+                 "lateness_ms_sum", "latency_ms_sum",
+                 *(f"lateness_b{i}" for i in range(len(LATENESS_BUCKETS_MS) + 1)),
+                 *(f"latency_b{i}" for i in range(len(LATENCY_BUCKETS_MS) + 1)))
 
 
 #: dead-letter reasons (connectors.serde.REASONS) counted as ``reason="deserialization"``; the rest are "invalid"
@@ -121,6 +135,8 @@ class TaskConfig:
     # settings (repr=False: they may hold the SASL password, connectors.security)
     batch_produce: bool = True  # direct sink: changelog rows to librdkafka in blocks (connectors.rdkafka_batch)
     processing_exception_handler: str = "continue"  # continue | fail: see process_task_batch
+    processing_guarantee: str = "at_least_once"  # "exactly_once": one transaction per task batch (service.job)
+    application_id: str = ""  # the consumer group and transactional id prefix (exactly_once)
 
     @property
     def windows(self) -> SlidingWindows:

@@ -188,8 +188,25 @@ def _report(progress: Any, lag: metrics.LagPoller | None = None, late_topic: boo
     )
 
 
+def processed_offsets(progress_json: str) -> dict[tuple[str, int], int]:
+    """``{(topic, partition): next offset}`` the micro-batch of a query progress (its JSON) read up to."""
+    out: dict[tuple[str, int], int] = {}
+    for src in json.loads(progress_json).get("sources") or []:
+        end = src.get("endOffset")
+        if isinstance(end, str):
+            try:
+                end = json.loads(end)
+            except ValueError:
+                continue
+        if isinstance(end, dict):
+            for topic, parts in end.items():
+                if isinstance(parts, dict):
+                    out.update({(str(topic), int(p)): int(o) for p, o in parts.items()})
+    return out
+
+
 def _listener(on_batch: Callable[[BatchReport], None], lag: metrics.LagPoller | None = None,
-              late_topic: bool = True):
+              late_topic: bool = True, committer: Any = None):
     from pyspark.sql.streaming import StreamingQueryListener
 
     class Listener(StreamingQueryListener):
@@ -202,6 +219,11 @@ def _listener(on_batch: Callable[[BatchReport], None], lag: metrics.LagPoller | 
             except Exception:  # never let reporting kill the listener bus
                 logger.exception("cannot read query progress")
                 return
+            if committer is not None:  # at_least_once: the group's offsets for lag tooling, after the batch
+                try:
+                    committer.commit(processed_offsets(event.progress.json))
+                except Exception:  # noqa: BLE001 - monitoring only
+                    logger.warning("cannot commit the processed offsets", exc_info=True)
             if report.records or report.changelog:
                 on_batch(report)
 
@@ -248,8 +270,13 @@ def run(
     logger.info("Spark %s session ready in %.1fs (master %s)", spark.version, time.monotonic() - t0,
                 settings.spark_master)
     lag = metrics.LagPoller(settings.kafka_client_config()).start() if settings.metrics_port else None
+    committer = None
+    if settings.processing_guarantee != "exactly_once":  # exactly_once commits them in each task's transaction
+        from connectors.transactions import GroupCommitter
+
+        committer = GroupCommitter(settings.kafka_client_config(), settings.app_name)
     spark.streams.addListener(_listener(on_batch or (lambda r: logger.info("%s", r.line())), lag,
-                                        bool(settings.late_topic)))
+                                        bool(settings.late_topic), committer))
     if install_signal_handlers and threading.current_thread() is threading.main_thread():
         def _stop(signum: int, _frame: Any) -> None:
             logger.info("signal %d: stopping after the current micro-batch", signum)
@@ -270,6 +297,8 @@ def run(
     exc = query.exception()
     if lag is not None:
         lag.stop()
+    if committer is not None:
+        committer.close()
     spark.stop()
     if exc is not None:
         logger.error("the streaming query failed: %s", _failure_line(str(exc)) or exc)

@@ -31,6 +31,7 @@ STARTING_OFFSETS = ("earliest", "latest")
 SINKS = ("spark", "direct")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 PROCESSING_EXCEPTION_HANDLERS = ("continue", "fail")
+PROCESSING_GUARANTEES = ("at_least_once", "exactly_once")
 
 
 class SettingsError(ValueError):
@@ -347,6 +348,15 @@ class Settings:
         "decode): continue = re-run the batch record by record, dead-letter the records that raise (error "
         "processing-error, the exception in headers) and aggregate the rest; fail = stop the query, naming the "
         "partition and offset of the record that raised (Kafka Streams' processing.exception.handler)")
+    processing_guarantee: str = _s("at_least_once", _choice(PROCESSING_GUARANTEES),
+                                   "{at_least_once,exactly_once} (Kafka Streams' processing.guarantee). "
+                                   "at_least_once: a micro-batch replayed after a crash may write its output "
+                                   "again; exactly_once: each task's micro-batch writes its output and commits its "
+                                   "input offset to the group app_name in one Kafka transaction, input is read "
+                                   "read_committed, consumers read read_committed (needs sink=direct and a broker "
+                                   "with transactions; app_name must be unique per deployment: it names the "
+                                   "group and the transactional ids). Both commit the input offsets to the group "
+                                   "app_name (lag in kafka-consumer-groups.sh)")
 
     # ------------------------------------------------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -380,6 +390,9 @@ class Settings:
             raise SettingsError("time_difference", "must be positive (a window spans at least 1 ms)")
         if self.key_field and self.key_field == self.timestamp_field:
             raise SettingsError("timestamp_field", "must differ from key_field")
+        if self.processing_guarantee == "exactly_once" and self.sink != "direct":
+            raise SettingsError("processing_guarantee", "exactly_once needs sink=direct (Spark's Kafka sink "
+                                                        "cannot write transactions)")
 
     @property
     def time_difference_ms(self) -> int:
