@@ -205,6 +205,8 @@ class ChangelogEncoder:
         self.spec = spec
         self._types = aggregate_types(spec.aggregations)
         self._names = [n for n, _ in self._types]
+        #: the aggregates whose Avro type holds integers beyond int64 exactly (``sum``: :data:`EXACT_INT`)
+        self._exact = frozenset(n for n, t in self._types if isinstance(t, list) and EXACT_INT in t)
         self._single = len(self._names) == 1
         self._key_schema = parse_schema(changelog_key_schema())
         self._value_schema = parse_schema(changelog_value_schema(spec.aggregations))
@@ -245,7 +247,7 @@ class ChangelogEncoder:
             return json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=_json_default).encode("utf-8")
         buf = io.BytesIO()
         buf.write(self._value_frame)
-        schemaless_writer(buf, self._value_schema, _avro_safe(record))
+        schemaless_writer(buf, self._value_schema, _avro_safe(record, self._exact))
         return buf.getvalue()
 
     def encode(self, updates: Sequence[Any], emit_time: int) -> tuple[Sequence[bytes], Sequence[bytes]]:
@@ -468,27 +470,28 @@ def _json_default(o: Any) -> Any:
     return str(o)
 
 
-def _avro_safe(record: dict[str, Any]) -> dict[str, Any]:
-    """Decimals become doubles (the aggregate types hold long/double); integers beyond int64 (a ``sum`` of
-    large integers, issue 29.2) become exact ``Decimal`` so that fastavro writes them in the ``sum`` field's
-    decimal branch (:data:`EXACT_INT`) - given the int, it would pick ``double`` and round it silently."""
+def _avro_safe(record: dict[str, Any], exact: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Decimals become doubles (the aggregate types hold long/double); in the ``exact`` aggregates (``sum``)
+    integers beyond int64 (issue 29.2) become exact ``Decimal`` so that fastavro writes them in the decimal
+    branch (:data:`EXACT_INT`) - given the int, it would pick ``double`` and round it silently. (Other
+    aggregates never hold such an integer from the service's input: the decoder dead-letters it.)"""
     import decimal
 
     aggs = record["aggregates"]
-    if any(isinstance(v, decimal.Decimal) or (type(v) is int and not _INT64_MIN <= v <= _INT64_MAX)
-           for v in aggs.values()):
-        record["aggregates"] = {k: _avro_number(v) for k, v in aggs.items()}
+    if any(isinstance(v, decimal.Decimal) or (k in exact and type(v) is int and not _INT64_MIN <= v <= _INT64_MAX)
+           for k, v in aggs.items()):
+        record["aggregates"] = {k: _avro_number(v, k in exact) for k, v in aggs.items()}
     return record
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-def _avro_number(v: Any) -> Any:
+def _avro_number(v: Any, exact: bool) -> Any:
     import decimal
 
     if isinstance(v, decimal.Decimal):
         return float(v)
-    if type(v) is int and not _INT64_MIN <= v <= _INT64_MAX:
+    if exact and type(v) is int and not _INT64_MIN <= v <= _INT64_MAX:
         return decimal.Decimal(v)
     return v
