@@ -102,6 +102,11 @@ _START = struct.Struct(">q")
 
 _NUMBER = ["null", "long", "double"]
 
+#: the union branch a ``sum`` of integers beyond int64 is written in, exactly (issue 29.2): an Avro decimal of
+#: scale 0. Precision 38 holds every such sum: each summed integer is within int64 (the decoder dead-letters
+#: others as ``number-out-of-range``) and a window holds fewer than 2**63 records, so ``|sum| < 2**126 < 10**38``.
+EXACT_INT = {"type": "bytes", "logicalType": "decimal", "precision": 38, "scale": 0}
+
 
 def windowed_key(key: str, start: int) -> bytes:
     """Kafka Streams ``TimeWindowedSerializer`` bytes: ``key`` UTF-8 + 8-byte big-endian start."""
@@ -128,7 +133,9 @@ def aggregate_types(spec: str) -> list[tuple[str, Any]]:
             t = ["null", "double"]
         elif kind == "collect":
             t = {"type": "array", "items": ["null", "long", "double", "string", "boolean"]}
-        else:  # sum, min, max, first, last: an integer stays an integer
+        elif kind == "sum":  # an integer sum stays an integer; beyond int64 it is the exact decimal
+            t = [*_NUMBER, EXACT_INT]
+        else:  # min, max, first, last: an integer stays an integer
             t = _NUMBER + (["string", "boolean"] if kind in ("first", "last", "min", "max") else [])
         out.append((name, t))
     return out
@@ -198,6 +205,8 @@ class ChangelogEncoder:
         self.spec = spec
         self._types = aggregate_types(spec.aggregations)
         self._names = [n for n, _ in self._types]
+        #: the aggregates whose Avro type holds integers beyond int64 exactly (``sum``: :data:`EXACT_INT`)
+        self._exact = frozenset(n for n, t in self._types if isinstance(t, list) and EXACT_INT in t)
         self._single = len(self._names) == 1
         self._key_schema = parse_schema(changelog_key_schema())
         self._value_schema = parse_schema(changelog_value_schema(spec.aggregations))
@@ -238,7 +247,7 @@ class ChangelogEncoder:
             return json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=_json_default).encode("utf-8")
         buf = io.BytesIO()
         buf.write(self._value_frame)
-        schemaless_writer(buf, self._value_schema, _avro_safe(record))
+        schemaless_writer(buf, self._value_schema, _avro_safe(record, self._exact))
         return buf.getvalue()
 
     def encode(self, updates: Sequence[Any], emit_time: int) -> tuple[Sequence[bytes], Sequence[bytes]]:
@@ -417,7 +426,7 @@ def _all_ints(col: Any) -> bool:
     """Whether every value is an integer (not a bool): an integer numpy column, or a list of Python ints."""
     dtype = getattr(col, "dtype", None)
     if dtype is not None and dtype != object:
-        return dtype.kind in "iu"
+        return dtype.kind in "iu" and col.ndim == 1  # a 2-d array is a column of lists (collect), not of ints
     return all(type(v) is int for v in col)
 
 
@@ -461,11 +470,28 @@ def _json_default(o: Any) -> Any:
     return str(o)
 
 
-def _avro_safe(record: dict[str, Any]) -> dict[str, Any]:
-    """Decimals become doubles (the aggregate types are long/double)."""
-    aggs = record["aggregates"]
+def _avro_safe(record: dict[str, Any], exact: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Decimals become doubles (the aggregate types hold long/double); in the ``exact`` aggregates (``sum``)
+    integers beyond int64 (issue 29.2) become exact ``Decimal`` so that fastavro writes them in the decimal
+    branch (:data:`EXACT_INT`) - given the int, it would pick ``double`` and round it silently. (Other
+    aggregates never hold such an integer from the service's input: the decoder dead-letters it.)"""
     import decimal
 
-    if any(isinstance(v, decimal.Decimal) for v in aggs.values()):
-        record["aggregates"] = {k: float(v) if isinstance(v, decimal.Decimal) else v for k, v in aggs.items()}
+    aggs = record["aggregates"]
+    if any(isinstance(v, decimal.Decimal) or (k in exact and type(v) is int and not _INT64_MIN <= v <= _INT64_MAX)
+           for k, v in aggs.items()):
+        record["aggregates"] = {k: _avro_number(v, k in exact) for k, v in aggs.items()}
     return record
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _avro_number(v: Any, exact: bool) -> Any:
+    import decimal
+
+    if isinstance(v, decimal.Decimal):
+        return float(v)
+    if exact and type(v) is int and not _INT64_MIN <= v <= _INT64_MAX:
+        return decimal.Decimal(v)
+    return v
