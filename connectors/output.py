@@ -61,8 +61,14 @@ __all__ = [
 
 #: Kafka Streams' dead-letter header names (KIP-1034, ``org.apache.kafka.streams.errors.internals.
 #: ExceptionHandlerUtils``): exception, message, stacktrace, topic, partition, offset
-KIP1034_HEADERS = ("__streams.errors.exception", "__streams.errors.message", "__streams.errors.stacktrace",
-                   "__streams.errors.topic", "__streams.errors.partition", "__streams.errors.offset")
+KIP1034_HEADERS = (
+    "__streams.errors.exception",
+    "__streams.errors.message",
+    "__streams.errors.stacktrace",
+    "__streams.errors.topic",
+    "__streams.errors.partition",
+    "__streams.errors.offset",
+)
 #: the exception class named in ``__streams.errors.exception`` for a record the decoder rejects: what Kafka
 #: Streams' deserialization handlers see for an undecodable record
 _DECODE_EXCEPTION = b"org.apache.kafka.common.errors.SerializationException"
@@ -72,8 +78,16 @@ def _text(v: Any) -> bytes:
     return str(v).encode("utf-8", "replace")
 
 
-def dead_letter_headers(reason: str, message: str, topic: str, partition: int, offset: int, timestamp: Any,
-                        exception: str = "", stacktrace: str = "") -> list[tuple[str, bytes]]:
+def dead_letter_headers(
+    reason: str,
+    message: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    timestamp: Any,
+    exception: str = "",
+    stacktrace: str = "",
+) -> list[tuple[str, bytes]]:
     """A dead letter's headers: ours (``error``, ``error.message``, ``topic``, ``partition``, ``offset``,
     ``timestamp``; ``timestamp`` empty when the record has none), then KIP-1034's. ``exception``: the class
     name of the exception that made it a dead letter (default: a decoding failure's); ``stacktrace``: its
@@ -95,6 +109,7 @@ def dead_letter_headers(reason: str, message: str, topic: str, partition: int, o
         headers.append((KIP1034_HEADERS[2], stacktrace.encode("utf-8", "replace")[-8000:]))
     headers += [(KIP1034_HEADERS[3], topic_b), (KIP1034_HEADERS[4], partition_b), (KIP1034_HEADERS[5], offset_b)]
     return headers
+
 
 KEY_FORMATS = ("avro", "json", "windowed", "string")
 VALUE_FORMATS = ("avro", "json")
@@ -224,10 +239,11 @@ class ChangelogEncoder:
         if fmt == "windowed":
             return windowed_key(key, start)
         if fmt == "json":
-            return json.dumps({"key": key, "window_start": start, "window_end": end},
-                              separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+            return json.dumps(
+                {"key": key, "window_start": start, "window_end": end}, separators=(",", ":"), ensure_ascii=False
+            ).encode("utf-8")
         if fmt == "string":
-            return f"{key}|{start}|{end}".encode("utf-8")
+            return f"{key}|{start}|{end}".encode()
         buf = io.BytesIO()
         buf.write(self._key_frame)
         schemaless_writer(buf, self._key_schema, {"key": key, "window_start": start, "window_end": end})
@@ -284,8 +300,7 @@ class ChangelogEncoder:
                 # the pieces both the Avro key and the Avro value begin with: key, window start, window end
                 window = [key_piece, avro_columns.longs(start), avro_columns.longs(end)]
                 if self.spec.key_format == "avro":
-                    avro_keys = avro_columns.encode_rows(len(start), [avro_columns.constant(self._key_frame),
-                                                                      *window])
+                    avro_keys = avro_columns.encode_rows(len(start), [avro_columns.constant(self._key_frame), *window])
                 if self.spec.value_format == "avro":
                     avro_values = self._avro_values(cols, window, emit_time)
         if avro_keys is not None and avro_values is not None:
@@ -305,7 +320,7 @@ class ChangelogEncoder:
         elif kfmt == "json":
             out_keys = _encode_rows('{"key":%s,"window_start":%d,"window_end":%d}', zip(jk, starts, ends))
         elif kfmt == "string":
-            out_keys = [f"{k}|{s}|{e}".encode("utf-8") for k, s, e in zip(keys, starts, ends)]
+            out_keys = [f"{k}|{s}|{e}".encode() for k, s, e in zip(keys, starts, ends)]
         elif avro_keys is not None:
             out_keys = avro_keys
         else:
@@ -322,8 +337,10 @@ class ChangelogEncoder:
                     specs.append("%s")
                     agg_cols.append(_json_value_bytes(_tolist(col)))
             aggregates = ",".join(json.dumps(n).replace("%", "%%") + ":" + spec for n, spec in zip(self._names, specs))
-            template = ('{"key":%s,"window_start":%d,"window_end":%d,"record_count":%d,"max_timestamp":%d,'
-                        f'"emit_time":{int(emit_time)},"aggregates":{{{aggregates}}}}}')
+            template = (
+                '{"key":%s,"window_start":%d,"window_end":%d,"record_count":%d,"max_timestamp":%d,'
+                f'"emit_time":{int(emit_time)},"aggregates":{{{aggregates}}}}}'
+            )
             out_values = _encode_rows(template, zip(jk, starts, ends, counts, tss, *agg_cols))
         elif avro_values is not None:
             out_values = avro_values
@@ -341,8 +358,9 @@ class ChangelogEncoder:
         return out_keys, out_values
 
     @staticmethod
-    def _avro_key_piece(keys: Sequence[Any], table: Sequence[Any] | None = None,
-                        ids: Any = None) -> avro_columns.Piece | None:
+    def _avro_key_piece(
+        keys: Sequence[Any], table: Sequence[Any] | None = None, ids: Any = None
+    ) -> avro_columns.Piece | None:
         try:
             if table is not None and ids is not None:  # the distinct keys and each row's index into them
                 return avro_columns.strings(table, np.asarray(ids, np.int64))
@@ -350,8 +368,7 @@ class ChangelogEncoder:
         except (TypeError, UnicodeError):
             return None
 
-    def _avro_values(self, cols: dict[str, Any], window: list[avro_columns.Piece],
-                     emit_time: int) -> RowBlock | None:
+    def _avro_values(self, cols: dict[str, Any], window: list[avro_columns.Piece], emit_time: int) -> RowBlock | None:
         """Avro values of all rows at once (:mod:`connectors.avro_columns`) after the ``window`` pieces (key,
         start, end): integer columns as longs, float columns as doubles, each aggregate in the union branch
         fastavro would pick for it. ``None`` when a column does not fit (the caller then encodes row by row
@@ -359,8 +376,13 @@ class ChangelogEncoder:
         count, ts = _int64(cols["count"]), _int64(cols["ts"])
         if count is None or ts is None:
             return None
-        pieces = [avro_columns.constant(self._value_frame), *window, avro_columns.longs(count),
-                  avro_columns.longs(ts), avro_columns.constant(avro_columns.zigzag_varint(int(emit_time)))]
+        pieces = [
+            avro_columns.constant(self._value_frame),
+            *window,
+            avro_columns.longs(count),
+            avro_columns.longs(ts),
+            avro_columns.constant(avro_columns.zigzag_varint(int(emit_time))),
+        ]
         for name, avro_type in self._types:
             field = _avro_field(avro_type, cols["values"][name])
             if field is None:
@@ -392,7 +414,7 @@ def _avro_field(avro_type: Any, col: Any) -> list[avro_columns.Piece] | None:
 def _int64(col: Any) -> np.ndarray | None:
     """``col`` as int64 when every value is an integer within int64 (not a bool); else ``None``."""
     dtype = getattr(col, "dtype", None)
-    if dtype is not None and dtype != object:
+    if dtype is not None and dtype.kind != "O":
         if dtype.kind == "i" or (dtype.kind == "u" and (not len(col) or int(col.max()) < 2**63)):
             return col.astype(np.int64, copy=False)
         return None
@@ -407,7 +429,7 @@ def _int64(col: Any) -> np.ndarray | None:
 def _float64(col: Any) -> np.ndarray | None:
     """``col`` as float64 when every value is a float; else ``None``."""
     dtype = getattr(col, "dtype", None)
-    if dtype is not None and dtype != object:
+    if dtype is not None and dtype.kind != "O":
         return col.astype(np.float64, copy=False) if dtype.kind == "f" else None
     if not all(type(v) is float for v in col):
         return None
@@ -425,7 +447,7 @@ def _encode_rows(template: str, rows: Any) -> list[bytes]:
 def _all_ints(col: Any) -> bool:
     """Whether every value is an integer (not a bool): an integer numpy column, or a list of Python ints."""
     dtype = getattr(col, "dtype", None)
-    if dtype is not None and dtype != object:
+    if dtype is not None and dtype.kind != "O":
         return dtype.kind in "iu" and col.ndim == 1  # a 2-d array is a column of lists (collect), not of ints
     return all(type(v) is int for v in col)
 
@@ -478,8 +500,10 @@ def _avro_safe(record: dict[str, Any], exact: frozenset[str] = frozenset()) -> d
     import decimal
 
     aggs = record["aggregates"]
-    if any(isinstance(v, decimal.Decimal) or (k in exact and type(v) is int and not _INT64_MIN <= v <= _INT64_MAX)
-           for k, v in aggs.items()):
+    if any(
+        isinstance(v, decimal.Decimal) or (k in exact and type(v) is int and not _INT64_MIN <= v <= _INT64_MAX)
+        for k, v in aggs.items()
+    ):
         record["aggregates"] = {k: _avro_number(v, k in exact) for k, v in aggs.items()}
     return record
 
