@@ -56,10 +56,10 @@ jars: venv
 # A local single-node Kafka (KRaft) in the background: BROKER_PORT (9092), data and logs in var/kafka.
 BROKER_PORT ?= 9092
 broker-start: venv
-	$(PY) -m devtools.local_broker start --port $(BROKER_PORT)
+	$(PY) -m devtools.broker_cli start --port $(BROKER_PORT)
 
 broker-stop: venv
-	$(PY) -m devtools.local_broker stop
+	$(PY) -m devtools.broker_cli stop
 
 # The demo: local broker + payments producer + the service + a live view, until Ctrl-C (state in var/demo;
 # DEMO_ARGS=--fresh starts over, DEMO_ARGS="--rate 500" produces faster).

@@ -33,7 +33,7 @@ def stage_times(event_dir: Path, skip_jobs: int = 3) -> dict[str, dict[str, floa
     stages: dict[int, tuple[bool, int]] = {}
     tasks: dict[int, list[tuple[int, float]]] = {}
     for path in sorted(glob.glob(str(event_dir / "*" / "events_*")) or glob.glob(str(event_dir / "*"))):
-        for line in open(path):
+        for line in Path(path).read_text().splitlines():
             e = json.loads(line)
             kind = e["Event"]
             if kind == "SparkListenerStageCompleted":
@@ -41,8 +41,9 @@ def stage_times(event_dir: Path, skip_jobs: int = 3) -> dict[str, dict[str, floa
                 stages[si["Stage ID"]] = (not si.get("Parent IDs"), si["Completion Time"] - si["Submission Time"])
             elif kind == "SparkListenerTaskEnd":
                 m = e.get("Task Metrics") or {}
-                tasks.setdefault(e["Stage ID"], []).append((m.get("Executor Run Time", 0),
-                                                            m.get("Executor CPU Time", 0) / 1e6))
+                tasks.setdefault(e["Stage ID"], []).append(
+                    (m.get("Executor Run Time", 0), m.get("Executor CPU Time", 0) / 1e6)
+                )
     out: dict[str, dict[str, float]] = {}
     for name, is_source in (("source", True), ("stateful", False)):
         ids = [i for i in sorted(stages) if stages[i][0] is is_source][skip_jobs:]
@@ -50,9 +51,12 @@ def stage_times(event_dir: Path, skip_jobs: int = 3) -> dict[str, dict[str, floa
             continue
         runs = [r for i in ids for r, _c in tasks.get(i, [])]
         cpus = [c for i in ids for _r, c in tasks.get(i, [])]
-        out[name] = {"stages": len(ids), "stage_ms_p50": statistics.median(stages[i][1] for i in ids),
-                     "task_run_ms_p50": statistics.median(runs) if runs else 0.0,
-                     "task_jvm_cpu_ms_p50": statistics.median(cpus) if cpus else 0.0}
+        out[name] = {
+            "stages": len(ids),
+            "stage_ms_p50": statistics.median(stages[i][1] for i in ids),
+            "task_run_ms_p50": statistics.median(runs) if runs else 0.0,
+            "task_jvm_cpu_ms_p50": statistics.median(cpus) if cpus else 0.0,
+        }
     return out
 
 
@@ -66,27 +70,43 @@ def main() -> int:
     import logging
 
     logging.basicConfig(level=logging.WARNING)
+    from service_bench import LiveProducer
+
     from connectors.admin import TopicSpec, ensure_topics
     from devtools.local_broker import LocalKafkaBroker
     from service.job import build_spark, start_query
     from service.runner import prepare
     from service.settings import Settings
-    from service_bench import LiveProducer
 
     work = Path(tempfile.mkdtemp(prefix="sw-overhead-"))
     broker = LocalKafkaBroker(0, data_dir=work / "kafka")
     broker.start()
     bootstrap = broker.bootstrap_servers
     ensure_topics({"bootstrap.servers": bootstrap}, [TopicSpec("in", 4)])
-    settings = Settings(bootstrap_servers=bootstrap, input_topics="in", changelog_topic="out", late_topic="late",
-                        dead_letter_topic="dlq", changelog_format="json", changelog_key_format="json",
-                        aggregations="count,sum:amount,max:amount", time_difference=60_000, grace=10_000,
-                        emit="update", checkpoint_dir=str(work / "ck"), metrics_port=0,
-                        state_partitions=args.state_partitions, trigger_interval=0, spark_master="local[*]")
+    settings = Settings(
+        bootstrap_servers=bootstrap,
+        input_topics="in",
+        changelog_topic="out",
+        late_topic="late",
+        dead_letter_topic="dlq",
+        changelog_format="json",
+        changelog_key_format="json",
+        aggregations="count,sum:amount,max:amount",
+        time_difference=60_000,
+        grace=10_000,
+        emit="update",
+        checkpoint_dir=str(work / "ck"),
+        metrics_port=0,
+        state_partitions=args.state_partitions,
+        trigger_interval=0,
+        spark_master="local[*]",
+    )
     events = work / "events"
     events.mkdir()
-    spark = build_spark(settings, {"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(events),
-                                   "spark.eventLog.compress": "false"})
+    spark = build_spark(
+        settings,
+        {"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(events), "spark.eventLog.compress": "false"},
+    )
     spark.sparkContext.setLogLevel("ERROR")
     load_before = os.getloadavg()[0]
     query = start_query(spark, settings, prepare(settings))
@@ -100,15 +120,21 @@ def main() -> int:
     query.stop()
     spark.stop()
     broker.stop()
-    print(f"{args.rate} records/s for {args.seconds:.0f} s, {args.state_partitions} state partitions, "
-          f"load average {load_before:.1f} before / {os.getloadavg()[0]:.1f} after")
+    print(
+        f"{args.rate} records/s for {args.seconds:.0f} s, {args.state_partitions} state partitions, "
+        f"load average {load_before:.1f} before / {os.getloadavg()[0]:.1f} after"
+    )
     if progress:
-        print(f"micro-batches {len(progress)}: duration p50 "
-              f"{statistics.median(p.durationMs['triggerExecution'] for p in progress) / 1000:.2f} s, addBatch p50 "
-              f"{statistics.median(p.durationMs.get('addBatch', 0) for p in progress) / 1000:.2f} s")
+        print(
+            f"micro-batches {len(progress)}: duration p50 "
+            f"{statistics.median(p.durationMs['triggerExecution'] for p in progress) / 1000:.2f} s, addBatch p50 "
+            f"{statistics.median(p.durationMs.get('addBatch', 0) for p in progress) / 1000:.2f} s"
+        )
     for name, t in stage_times(events).items():
-        print(f"{name:9} stage p50 {t['stage_ms_p50']:.0f} ms over {t['stages']} stages; its tasks: run p50 "
-              f"{t['task_run_ms_p50']:.0f} ms, JVM CPU p50 {t['task_jvm_cpu_ms_p50']:.0f} ms")
+        print(
+            f"{name:9} stage p50 {t['stage_ms_p50']:.0f} ms over {t['stages']} stages; its tasks: run p50 "
+            f"{t['task_run_ms_p50']:.0f} ms, JVM CPU p50 {t['task_jvm_cpu_ms_p50']:.0f} ms"
+        )
     return 0
 
 

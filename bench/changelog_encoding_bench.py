@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from connectors.output import ChangelogEncoder, ChangelogSpec  # noqa: E402
+from connectors.output import ChangelogEncoder, ChangelogSpec
 
 AGGS = "count,sum:amount,max:amount,mean:amount"
 
@@ -42,10 +42,19 @@ def make_columns(n: int, keys: int, seed: int = 1) -> dict:
     start = rng.integers(1_795_000_000_000, 1_795_000_600_000, n)
     count = rng.integers(1, 60, n)
     total = rng.integers(1, 60_000, n)
-    return {"key": [f"acct-{k:05d}" for k in rng.integers(0, keys, n)], "start": start, "end": start + 60_000,
-            "ts": start + rng.integers(0, 60_000, n), "count": count,
-            "values": {"count": count, "sum_amount": total, "max_amount": rng.integers(1, 1000, n),
-                       "mean_amount": total / count}}
+    return {
+        "key": [f"acct-{k:05d}" for k in rng.integers(0, keys, n)],
+        "start": start,
+        "end": start + 60_000,
+        "ts": start + rng.integers(0, 60_000, n),
+        "count": count,
+        "values": {
+            "count": count,
+            "sum_amount": total,
+            "max_amount": rng.integers(1, 1000, n),
+            "mean_amount": total / count,
+        },
+    }
 
 
 def per_record(enc: ChangelogEncoder, cols: dict, emit_time: int) -> tuple[list[bytes], list[bytes]]:
@@ -53,10 +62,18 @@ def per_record(enc: ChangelogEncoder, cols: dict, emit_time: int) -> tuple[list[
     names = list(cols["values"])
     values = [cols["values"][n].tolist() for n in names]
     keys, out = [], []
-    for i, (k, s, e, t, c) in enumerate(zip(cols["key"], cols["start"].tolist(), cols["end"].tolist(),
-                                            cols["ts"].tolist(), cols["count"].tolist())):
+    for i, (k, s, e, t, c) in enumerate(
+        zip(
+            cols["key"],
+            cols["start"].tolist(),
+            cols["end"].tolist(),
+            cols["ts"].tolist(),
+            cols["count"].tolist(),
+            strict=True,
+        )
+    ):
         keys.append(enc.key(k, s, e))
-        out.append(enc.value(k, s, e, {n: v[i] for n, v in zip(names, values)}, t, c, emit_time))
+        out.append(enc.value(k, s, e, {n: v[i] for n, v in zip(names, values, strict=True)}, t, c, emit_time))
     return keys, out
 
 
@@ -87,15 +104,18 @@ class Sink:
         import tempfile
 
         from connectors.admin import TopicSpec, ensure_topics
-        from devtools.local_broker import LocalKafkaBroker
         from connectors.producer import OutputProducer, producer_config
+        from devtools.local_broker import LocalKafkaBroker
 
         self._dir = tempfile.TemporaryDirectory(prefix="encoding-bench-")
         self.broker = LocalKafkaBroker(0, data_dir=Path(self._dir.name) / "kafka").start()
         ensure_topics({"bootstrap.servers": self.broker.bootstrap_servers}, [TopicSpec("changelog", 4)])
         config = producer_config(self.broker.bootstrap_servers)
-        self.producers = {"produce()": OutputProducer(config, batches=False), "batch": OutputProducer(config),
-                          "batch, per-row partitioner": OutputProducer(config)}
+        self.producers = {
+            "produce()": OutputProducer(config, batches=False),
+            "batch": OutputProducer(config),
+            "batch, per-row partitioner": OutputProducer(config),
+        }
         for p in self.producers.values():
             p.send_rows("changelog", [b"warm-up"], [b"warm-up"])
             p.wait()
@@ -137,13 +157,17 @@ def main() -> None:
     sink = Sink() if args.produce else None
     cols = make_columns(args.rows, args.keys)
     emit_time = 1_795_000_700_000
-    lines = [("json / json", ChangelogSpec("json", "json", AGGS), False),
-             ("avro / avro, whole columns", ChangelogSpec("avro", "avro", AGGS, 1, 2), False),
-             ("avro / avro, fastavro per record", ChangelogSpec("avro", "avro", AGGS, 1, 2), True),
-             ("windowed / avro, whole columns", ChangelogSpec("windowed", "avro", AGGS, 1, 2), False),
-             ("windowed / avro, fastavro per record", ChangelogSpec("windowed", "avro", AGGS, 1, 2), True)]
-    print(f"{args.rows:,} changelog rows, {args.keys:,} keys, aggregations {AGGS}; CPU us per row, best of "
-          f"{args.repeat}\n")
+    lines = [
+        ("json / json", ChangelogSpec("json", "json", AGGS), False),
+        ("avro / avro, whole columns", ChangelogSpec("avro", "avro", AGGS, 1, 2), False),
+        ("avro / avro, fastavro per record", ChangelogSpec("avro", "avro", AGGS, 1, 2), True),
+        ("windowed / avro, whole columns", ChangelogSpec("windowed", "avro", AGGS, 1, 2), False),
+        ("windowed / avro, fastavro per record", ChangelogSpec("windowed", "avro", AGGS, 1, 2), True),
+    ]
+    print(
+        f"{args.rows:,} changelog rows, {args.keys:,} keys, aggregations {AGGS}; CPU us per row, best of "
+        f"{args.repeat}\n"
+    )
     header = f"{'key / value format':<38} {'us/row':>7} {'vs json':>8} {'key B':>6} {'value B':>8}"
     if sink:
         header += "".join(f" {w + ' us/row':>16} {'broker us/row':>13}" for w in sink.WAYS)
@@ -155,13 +179,15 @@ def main() -> None:
         enc = ChangelogEncoder(spec)
         assert enc.encode_columns(sample, emit_time) == per_record(enc, sample, emit_time), label
         if row_by_row:
-            cpu, (keys, values) = best_cpu(lambda: per_record(enc, cols, emit_time), args.repeat)
+            cpu, (keys, values) = best_cpu(lambda enc=enc: per_record(enc, cols, emit_time), args.repeat)
         else:
-            cpu, (keys, values) = best_cpu(lambda: enc.encode_columns(cols, emit_time), args.repeat)
+            cpu, (keys, values) = best_cpu(lambda enc=enc: enc.encode_columns(cols, emit_time), args.repeat)
         us = cpu / args.rows * 1e6
         json_cost = json_cost or us
-        line = (f"{label:<38} {us:>7.2f} {us / json_cost:>7.2f}x {sum(map(len, keys)) / args.rows:>6.1f} "
-                f"{sum(map(len, values)) / args.rows:>8.1f}")
+        line = (
+            f"{label:<38} {us:>7.2f} {us / json_cost:>7.2f}x {sum(map(len, keys)) / args.rows:>6.1f} "
+            f"{sum(map(len, values)) / args.rows:>8.1f}"
+        )
         if sink and not row_by_row:  # the per-record lines write the same bytes as the line above them
             # best of --repeat + 1: the first writes also pay the broker's warm-up (JIT, new log segments)
             for produce, broker in sink.best(keys, values, args.repeat + 1).values():

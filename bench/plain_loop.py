@@ -28,10 +28,16 @@ def main() -> int:
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     signal.signal(signal.SIGINT, lambda *_: stop.append(1))
-    c = Consumer({"bootstrap.servers": args.bootstrap_servers, "group.id": f"plain-loop-{time.time_ns()}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": True, "fetch.wait.max.ms": 50})
-    p = Producer({"bootstrap.servers": args.bootstrap_servers, "linger.ms": 5,
-                  "queue.buffering.max.messages": 1000000})
+    c = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap_servers,
+            "group.id": f"plain-loop-{time.time_ns()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": True,
+            "fetch.wait.max.ms": 50,
+        }
+    )
+    p = Producer({"bootstrap.servers": args.bootstrap_servers, "linger.ms": 5, "queue.buffering.max.messages": 1000000})
     c.subscribe([args.input_topic])
     consumed = 0
     last = 0.0

@@ -53,25 +53,43 @@ def run(rows: int, fast: bool) -> float:
     from service.job import python_worker_conf
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    builder = (SparkSession.builder.master("local[2]").appName("python-worker-bench")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.python.worker.reuse", "true").config("spark.sql.adaptive.enabled", "false"))
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("python-worker-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.adaptive.enabled", "false")
+    )
     for k, v in python_worker_conf(fast).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        value = F.format_string('{"account":"acct-%05d","amount":%d,"ts":%d}', F.col("id") % 10000,
-                                F.col("id") % 1000, F.col("id") + 1_700_000_000_000)
-        df = (spark.range(rows).select(
-            F.lit("payments").alias("topic"), (F.col("id") % 4).cast("int").alias("partition"),
-            F.col("id").alias("offset"), F.format_string("acct-%05d", F.col("id") % 10000).cast("binary").alias("key"),
-            value.cast("binary").alias("value"), (F.col("id") + 1_700_000_000_000).alias("ts"),
-            F.lit(0).alias("slot")).cache())
+        value = F.format_string(
+            '{"account":"acct-%05d","amount":%d,"ts":%d}',
+            F.col("id") % 10000,
+            F.col("id") % 1000,
+            F.col("id") + 1_700_000_000_000,
+        )
+        df = (
+            spark.range(rows)
+            .select(
+                F.lit("payments").alias("topic"),
+                (F.col("id") % 4).cast("int").alias("partition"),
+                F.col("id").alias("offset"),
+                F.format_string("acct-%05d", F.col("id") % 10000).cast("binary").alias("key"),
+                value.cast("binary").alias("value"),
+                (F.col("id") + 1_700_000_000_000).alias("ts"),
+                F.lit(0).alias("slot"),
+            )
+            .cache()
+        )
         df.count()
         query = df.groupBy("topic", "partition", "slot").transformWithStateInPandas(
-            statefulProcessor=InputOnly(), outputStructType="n long", outputMode="Append", timeMode="None")
+            statefulProcessor=InputOnly(), outputStructType="n long", outputMode="Append", timeMode="None"
+        )
         query.collect()  # Python workers started and warm
         t0 = time.perf_counter()
         got = sum(r["n"] for r in query.collect())
@@ -89,13 +107,22 @@ def main() -> None:
     args = ap.parse_args()
     seconds: dict[bool, list[float]] = {False: [], True: []}
     for r in range(args.rounds):
-        for fast in ((False, True) if r % 2 == 0 else (True, False)):
+        for fast in (False, True) if r % 2 == 0 else (True, False):
             s = run(args.rows, fast)
             seconds[fast].append(s)
-            print(json.dumps({"round": r, "worker": "service.python_worker" if fast else "pyspark",
-                              "seconds": round(s, 3), "rows_per_s": round(args.rows / s)}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "round": r,
+                        "worker": "service.python_worker" if fast else "pyspark",
+                        "seconds": round(s, 3),
+                        "rows_per_s": round(args.rows / s),
+                    }
+                ),
+                flush=True,
+            )
     pyspark_s, fast_s = sum(seconds[False]), sum(seconds[True])
-    print(f"\n| worker | rows/s (each run) | total s |\n|---|---|---:|")
+    print("\n| worker | rows/s (each run) | total s |\n|---|---|---:|")
     for fast, total in ((False, pyspark_s), (True, fast_s)):
         each = ", ".join(f"{args.rows / s:,.0f}" for s in seconds[fast])
         print(f"| {'service.python_worker' if fast else 'pyspark'} | {each} | {total:.2f} |")

@@ -26,11 +26,15 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations  # noqa: E402
-from windowstore.aggregations import Aggregation  # noqa: E402
+from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations
+from windowstore.aggregations import Aggregation
 
-AGGREGATIONS = ("count", "count,sum:amount,max:amount", "mean:amount",
-                "count,sum:amount,max:amount,min:amount,mean:amount")
+AGGREGATIONS = (
+    "count",
+    "count,sum:amount,max:amount",
+    "mean:amount",
+    "count,sum:amount,max:amount,min:amount,mean:amount",
+)
 
 
 def make_stream(n: int, keys: int, seed: int = 1) -> list[tuple[str, dict, int]]:
@@ -67,12 +71,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--keys", type=int, default=1250)
-    ap.add_argument("--modes", default="close,update", help="emit modes, comma-separated (every: ~80 updates per "
-                    "record, slow)")
+    ap.add_argument(
+        "--modes", default="close,update", help="emit modes, comma-separated (every: ~80 updates per record, slow)"
+    )
     args = ap.parse_args()
     stream = make_stream(args.records, args.keys)
-    header = (f"{'mode':<7} {'aggregations':<58} {'generic rec/s':>13} {'bind rec/s':>11} {'ratio':>6} "
-              f"{'out/rec':>8}")
+    header = f"{'mode':<7} {'aggregations':<58} {'generic rec/s':>13} {'bind rec/s':>11} {'ratio':>6} {'out/rec':>8}"
     print(f"{args.records:,} records ({int(args.records * 0.4):,} measured), {args.keys:,} keys, record path\n")
     print(header)
     print("-" * len(header))
@@ -86,8 +90,11 @@ def main() -> None:
                 outs.append(out)
             assert all(out == outs[0] for out in outs), (mode, aggs)
             generic_rate, bound_rate, bound_out = max(rates[True]), max(rates[False]), outs[1]
-            print(f"{mode:<7} {aggs:<58} {generic_rate:>13,.0f} {bound_rate:>11,.0f} "
-                  f"{bound_rate / generic_rate:>5.2f}x {len(bound_out) / (args.records * 0.4):>8.2f}", flush=True)
+            print(
+                f"{mode:<7} {aggs:<58} {generic_rate:>13,.0f} {bound_rate:>11,.0f} "
+                f"{bound_rate / generic_rate:>5.2f}x {len(bound_out) / (args.records * 0.4):>8.2f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

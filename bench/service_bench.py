@@ -74,8 +74,14 @@ def produce_waiting(p, topic, key, value, ts):
 def produce_backlog(bootstrap, topic, n, keys, event_rate, grace_ms, ooo, seed=1, base=None):
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 10000,
-                  "queue.buffering.max.messages": 1000000})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 1000000,
+        }
+    )
     rnd = random.Random(seed)
     base = base or int(time.time() * 1000) - int(n / event_rate * 1000) - 600_000
     for i in range(n):
@@ -101,8 +107,7 @@ class LiveProducer(threading.Thread):
         from confluent_kafka import Producer
 
         self.p = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms})
-        self.topic, self.rate, self.keys, self.grace, self.ooo, self.seconds = topic, rate, keys, grace_ms, ooo, \
-            seconds
+        self.topic, self.rate, self.keys, self.grace, self.ooo, self.seconds = topic, rate, keys, grace_ms, ooo, seconds
         self.key_prefix = key_prefix
         self.sent = 0
         self.start_ms = int(time.time() * 1000)  # no record is sent before (reset when the thread starts)
@@ -120,8 +125,9 @@ class LiveProducer(threading.Thread):
             for _ in range(due):
                 ts = now - rnd.randint(1, self.grace) if rnd.random() < self.ooo else now
                 k = f"{self.key_prefix}{rnd.randrange(self.keys):05d}".encode()
-                self.p.produce(self.topic, key=k, value=b'{"amount": %d, "sent": %d}' % (rnd.randint(1, 1000), now),
-                               timestamp=ts)
+                self.p.produce(
+                    self.topic, key=k, value=b'{"amount": %d, "sent": %d}' % (rnd.randint(1, 1000), now), timestamp=ts
+                )
             self.sent += max(due, 0)
             self.p.poll(0)
             time.sleep(self.TICK_S)
@@ -129,8 +135,20 @@ class LiveProducer(threading.Thread):
         self.p.close()  # else it outlives the broker (the object stays referenced) and logs "Connection refused"
 
 
-def builtin_query(spark, bootstrap, topic, out_topic, ckpt, td_ms, hop_ms, grace_ms, batch, trigger_ms,
-                  with_sent=False, output_mode="update"):
+def builtin_query(
+    spark,
+    bootstrap,
+    topic,
+    out_topic,
+    ckpt,
+    td_ms,
+    hop_ms,
+    grace_ms,
+    batch,
+    trigger_ms,
+    with_sent=False,
+    output_mode="update",
+):
     """The built-in hopping-window query; ``with_sent`` also aggregates ``max(sent)`` (the latency runs);
     ``output_mode`` ``append``: each window once, when the watermark closes it (the service's ``emit=close``)."""
     from pyspark.sql import functions as F
@@ -140,27 +158,59 @@ def builtin_query(spark, bootstrap, topic, out_topic, ckpt, td_ms, hop_ms, grace
     from service.job import SOURCE_DEFAULTS
 
     # the Kafka source options the service uses (same consumer behaviour for both queries)
-    src = (spark.readStream.format("kafka").options(**SOURCE_DEFAULTS).option("kafka.bootstrap.servers", bootstrap)
-           .option("subscribe", topic).option("startingOffsets", "earliest"))
+    src = (
+        spark.readStream.format("kafka")
+        .options(**SOURCE_DEFAULTS)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+    )
     if batch:
         src = src.option("maxOffsetsPerTrigger", str(batch))
     value = F.col("value").cast("string")
-    df = src.load().select(F.col("key").cast("string").alias("k"), F.col("timestamp").alias("ts"),
-                           F.get_json_object(value, "$.amount").cast("long").alias("amount"),
-                           *([F.get_json_object(value, "$.sent").cast("long").alias("sent")] if with_sent else []))
-    aggs = [F.count("*").alias("count"), F.sum("amount").alias("sum_amount"), F.max("amount").alias("max_amount"),
-            F.max("ts").alias("max_ts")] + ([F.max("sent").alias("max_sent")] if with_sent else [])
-    agg = (df.withWatermark("ts", f"{grace_ms} milliseconds")
-           .groupBy(F.window("ts", f"{td_ms} milliseconds", f"{hop_ms} milliseconds"), "k").agg(*aggs))
+    df = src.load().select(
+        F.col("key").cast("string").alias("k"),
+        F.col("timestamp").alias("ts"),
+        F.get_json_object(value, "$.amount").cast("long").alias("amount"),
+        *([F.get_json_object(value, "$.sent").cast("long").alias("sent")] if with_sent else []),
+    )
+    aggs = [
+        F.count("*").alias("count"),
+        F.sum("amount").alias("sum_amount"),
+        F.max("amount").alias("max_amount"),
+        F.max("ts").alias("max_ts"),
+    ] + ([F.max("sent").alias("max_sent")] if with_sent else [])
+    agg = (
+        df.withWatermark("ts", f"{grace_ms} milliseconds")
+        .groupBy(F.window("ts", f"{td_ms} milliseconds", f"{hop_ms} milliseconds"), "k")
+        .agg(*aggs)
+    )
     out = agg.select(
-        F.to_json(F.struct(F.col("k").alias("key"), F.col("window.start").alias("window_start"))).cast("binary")
+        F.to_json(F.struct(F.col("k").alias("key"), F.col("window.start").alias("window_start")))
+        .cast("binary")
         .alias("key"),
-        F.to_json(F.struct(F.col("k").alias("key"), F.col("window.start").alias("window_start"),
-                           F.col("window.end").alias("window_end"), "count", "sum_amount", "max_amount",
-                           *(["max_sent"] if with_sent else []),
-                           F.unix_millis("max_ts").alias("max_timestamp"))).cast("binary").alias("value"))
-    w = (out.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", out_topic)
-         .option("checkpointLocation", ckpt).outputMode(output_mode))
+        F.to_json(
+            F.struct(
+                F.col("k").alias("key"),
+                F.col("window.start").alias("window_start"),
+                F.col("window.end").alias("window_end"),
+                "count",
+                "sum_amount",
+                "max_amount",
+                *(["max_sent"] if with_sent else []),
+                F.unix_millis("max_ts").alias("max_timestamp"),
+            )
+        )
+        .cast("binary")
+        .alias("value"),
+    )
+    w = (
+        out.writeStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", out_topic)
+        .option("checkpointLocation", ckpt)
+        .outputMode(output_mode)
+    )
     w = w.trigger(processingTime=f"{trigger_ms} milliseconds") if trigger_ms else w
     return w.start()
 
@@ -226,15 +276,22 @@ def print_batches(progs):
     for p in progs:
         d = p.durationMs
         line = f"  batch {p.batchId}: {p.numInputRows} rows {d.get('triggerExecution', 0) / 1000:.2f}s " + " ".join(
-            f"{k}={v / 1000:.2f}" for k, v in sorted(d.items()) if k != "triggerExecution" and v >= 20)
+            f"{k}={v / 1000:.2f}" for k, v in sorted(d.items()) if k != "triggerExecution" and v >= 20
+        )
         o = (p.observedMetrics or {}).get("slidingwindow")
         if o is not None:
             o = o.asDict()
-            line += (" | out %(changelog)d python %(process_ns)s read %(state_read_ns)s write %(state_write_ns)s "
-                     "produce %(produce_ns)s hit %(state_cache_hit)d/%(task_batches)d forwarded %(task_forwarded)d buckets loaded "
-                     "%(state_buckets_loaded)d written %(state_buckets_written)d" % {
-                         **o, **{k: f"{o[k] / 1e9:.2f}s" for k in ("process_ns", "state_read_ns", "state_write_ns",
-                                                                    "produce_ns")}})
+            line += (
+                " | out %(changelog)d python %(process_ns)s read %(state_read_ns)s write %(state_write_ns)s "  # noqa: UP031
+                "produce %(produce_ns)s hit %(state_cache_hit)d/%(task_batches)d forwarded %(task_forwarded)d "
+                "buckets loaded %(state_buckets_loaded)d written %(state_buckets_written)d"
+                % {
+                    **o,
+                    **{
+                        k: f"{o[k] / 1e9:.2f}s" for k in ("process_ns", "state_read_ns", "state_write_ns", "produce_ns")
+                    },
+                }
+            )
         print(line, flush=True)
 
 
@@ -242,15 +299,26 @@ def read_to_end(bootstrap, topic, chunk=5000):
     """Every message of ``topic`` from the beginning to the end offsets it has now, per partition in order."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.monotonic_ns()}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{time.monotonic_ns()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     try:
         md = c.list_topics(topic, timeout=30).topics[topic]
         ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in md.partitions}
         c.assign([TopicPartition(topic, p, 0) for p in ends])
-        pos = {p: 0 for p in ends}
-        while any(pos[p] < ends[p] for p in ends):
-            for m in c.consume(chunk, timeout=2):
+        pos = dict.fromkeys(ends, 0)
+        idle = 0
+        # a transactional topic (processing_guarantee=exactly_once) ends with a commit marker, which is never
+        # delivered: the topic is complete once nothing more comes (its writer has stopped)
+        while any(pos[p] < ends[p] for p in ends) and idle < 3:
+            msgs = c.consume(chunk, timeout=2)
+            idle = 0 if msgs else idle + 1
+            for m in msgs:
                 if m.error():
                     continue
                 pos[m.partition()] = m.offset() + 1
@@ -263,8 +331,11 @@ def _percentiles(lat, prefix):
     lat.sort()
     if not lat:
         return {}
-    return {f"{prefix}p50_ms": lat[len(lat) // 2], f"{prefix}p99_ms": lat[int(len(lat) * 0.99)],
-            f"{prefix}max_ms": lat[-1]}
+    return {
+        f"{prefix}p50_ms": lat[len(lat) // 2],
+        f"{prefix}p99_ms": lat[int(len(lat) * 0.99)],
+        f"{prefix}max_ms": lat[-1],
+    }
 
 
 def avro_values(registry_url):
@@ -285,8 +356,9 @@ def avro_values(registry_url):
 def latencies(bootstrap, topic, since_ms, full_since_ms, decode=json.loads):
     """Latency percentiles of the changelog records of ``topic`` (see :func:`latency_figures`).
     ``decode``: the values' decoder (JSON, or :func:`avro_values` for the service's Avro changelog)."""
-    return latency_figures(((m.timestamp()[1], decode(m.value())) for m in read_to_end(bootstrap, topic)),
-                           since_ms, full_since_ms)
+    return latency_figures(
+        ((m.timestamp()[1], decode(m.value())) for m in read_to_end(bootstrap, topic)), since_ms, full_since_ms
+    )
 
 
 def latency_figures(records, since_ms, full_since_ms):
@@ -312,8 +384,13 @@ def latency_figures(records, since_ms, full_since_ms):
         instant.append(sent - v["max_timestamp"])
         if sent >= full_since_ms:
             full.append(at - sent)
-    return {"n": len(by_send), **_percentiles(by_send, ""), **_percentiles(by_event, "event_"),
-            **_percentiles(full, "full_"), **_percentiles(instant, "instant_")}
+    return {
+        "n": len(by_send),
+        **_percentiles(by_send, ""),
+        **_percentiles(by_event, "event_"),
+        **_percentiles(full, "full_"),
+        **_percentiles(instant, "instant_"),
+    }
 
 
 def _pairs(text: str) -> dict[str, str]:
@@ -324,10 +401,16 @@ def _pairs(text: str) -> dict[str, str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bootstrap-servers", default="")
-    ap.add_argument("--broker-config", default="", help="extra properties of the local broker, comma-separated "
-                    "k=v (e.g. log.cleaner.enable=false)")
-    ap.add_argument("--service-settings", default="", help="extra settings of the service, comma-separated "
-                    "name=value (e.g. state_log_share=false)")
+    ap.add_argument(
+        "--broker-config",
+        default="",
+        help="extra properties of the local broker, comma-separated k=v (e.g. log.cleaner.enable=false)",
+    )
+    ap.add_argument(
+        "--service-settings",
+        default="",
+        help="extra settings of the service, comma-separated name=value (e.g. state_log_share=false)",
+    )
     ap.add_argument("--records", type=int, default=300_000)
     ap.add_argument("--keys", type=int, default=10_000)
     ap.add_argument("--event-rate", type=float, default=2000.0, help="events per second of event time")
@@ -337,31 +420,67 @@ def main() -> int:
     ap.add_argument("--grace", type=int, default=10_000)
     ap.add_argument("--ooo", type=float, default=0.05)
     ap.add_argument("--batch", type=int, default=50_000, help="maxOffsetsPerTrigger for the throughput runs")
-    ap.add_argument("--state-partitions", type=int, default=2, help="shuffle partitions of the built-in query, "
-                    "and the service's state partitions unless --service-state-partitions is given")
+    ap.add_argument(
+        "--state-partitions",
+        type=int,
+        default=2,
+        help="shuffle partitions of the built-in query, "
+        "and the service's state partitions unless --service-state-partitions is given",
+    )
     ap.add_argument("--service-state-partitions", type=int, default=0, help="the service's state_partitions")
     ap.add_argument("--state-buckets", type=int, default=0, help="the service's state_buckets (0: its default)")
-    ap.add_argument("--latency-rate", default="0",
-                    help="events/s of the latency runs; 'half': half the slowest service's steady rate of the "
-                         "throughput phase (the brief's 'half the maximum rate'); 0: skip the latency runs")
+    ap.add_argument(
+        "--latency-rate",
+        default="0",
+        help="events/s of the latency runs; 'half': half the slowest service's steady rate of the "
+        "throughput phase (the brief's 'half the maximum rate'); 0: skip the latency runs",
+    )
     ap.add_argument("--latency-seconds", type=float, default=90.0)
     ap.add_argument("--trigger", type=int, default=0, help="trigger interval (ms) of the latency runs")
     ap.add_argument("--skip-builtin", action="store_true")
     ap.add_argument("--skip-service", action="store_true")
-    ap.add_argument("--sinks", default="spark", help="the service's sink(s), comma-separated: spark, direct "
-                    "(each one a row of the same run)")
-    ap.add_argument("--changelog-format", default="json", choices=("json", "avro"),
-                    help="the service's changelog key and value format (the built-in writes JSON); avro registers the "
-                         "schemas in an in-process Schema Registry double (tests/service/schema_registry_double.py: "
-                         "no registry server can be installed on this machine)")
-    ap.add_argument("--builtin-output-mode", default="update", choices=("update", "append"),
-                    help="the built-in's output mode; append (final windows only) is the counterpart of the "
-                         "service's emit=close (--service-settings emit=close)")
-    ap.add_argument("--warmup", type=int, default=0, metavar="N",
-                    help="first run every query once over a separate topic of N records, not counted (the JVM's "
-                         "JIT warm-up and the Python workers' start-up)")
-    ap.add_argument("--passes", type=int, default=2, choices=(1, 2),
-                    help="throughput passes per query; 2: mirrored order (A B B A) against the VM's speed drift")
+    ap.add_argument(
+        "--sinks",
+        default="spark",
+        help="the service's sink(s), comma-separated: spark, direct (each one a row of the same run)",
+    )
+    ap.add_argument(
+        "--guarantees",
+        default="",
+        help="the service's processing_guarantee(s), comma-separated: "
+        "at_least_once, exactly_once (both: the cost of exactly_once side by side; default: the "
+        "settings' default)",
+    )
+    ap.add_argument(
+        "--changelog-format",
+        default="json",
+        choices=("json", "avro"),
+        help="the service's changelog key and value format (the built-in writes JSON); avro registers the "
+        "schemas in an in-process Schema Registry double (tests/service/schema_registry_double.py: "
+        "no registry server can be installed on this machine)",
+    )
+    ap.add_argument(
+        "--builtin-output-mode",
+        default="update",
+        choices=("update", "append"),
+        help="the built-in's output mode; append (final windows only) is the counterpart of the "
+        "service's emit=close (--service-settings emit=close)",
+    )
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=0,
+        metavar="N",
+        help="first run every query once over a separate topic of N records, not counted (the JVM's "
+        "JIT warm-up and the Python workers' start-up)",
+    )
+    ap.add_argument(
+        "--passes",
+        type=int,
+        default=2,
+        choices=(1, 2),
+        help="throughput passes per query; 2: mirrored order (A B B A) against the VM's speed drift",
+    )
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out", default="")
     args = ap.parse_args()
@@ -402,14 +521,26 @@ def main() -> int:
     print(f"produced {args.records} records in {time.monotonic() - t:.1f}s", flush=True)
 
     def settings(name, **kw):
-        base = dict(bootstrap_servers=bootstrap, input_topics=topic, changelog_topic=f"{run}-{name}-out",
-                    late_topic=f"{run}-{name}-late", dead_letter_topic=f"{run}-{name}-dlq",
-                    changelog_format=args.changelog_format, changelog_key_format=args.changelog_format,
-                    schema_registry_url=registry_url, aggregations="count,sum:amount,max:amount",
-                    time_difference=args.td,
-                    grace=args.grace, emit="update", checkpoint_dir=str(work / f"ck-{name}"), metrics_port=0,
-                    state_partitions=args.state_partitions, trigger_interval=0, spark_master="local[*]",
-                    max_offsets_per_trigger=args.batch)
+        base = {
+            "bootstrap_servers": bootstrap,
+            "input_topics": topic,
+            "changelog_topic": f"{run}-{name}-out",
+            "late_topic": f"{run}-{name}-late",
+            "dead_letter_topic": f"{run}-{name}-dlq",
+            "changelog_format": args.changelog_format,
+            "changelog_key_format": args.changelog_format,
+            "schema_registry_url": registry_url,
+            "aggregations": "count,sum:amount,max:amount",
+            "time_difference": args.td,
+            "grace": args.grace,
+            "emit": "update",
+            "checkpoint_dir": str(work / f"ck-{name}"),
+            "metrics_port": 0,
+            "state_partitions": args.state_partitions,
+            "trigger_interval": 0,
+            "spark_master": "local[*]",
+            "max_offsets_per_trigger": args.batch,
+        }
         if args.state_buckets:
             base["state_buckets"] = args.state_buckets
         if args.service_state_partitions:
@@ -419,18 +550,45 @@ def main() -> int:
         return Settings(**base)
 
     sinks = [x.strip() for x in args.sinks.split(",") if x.strip()]
-    services = {} if args.skip_service else {
-        ("service" if len(sinks) == 1 else f"service, sink={sink}"): sink for sink in sinks}
+    guarantees = [x.strip() for x in args.guarantees.split(",") if x.strip()] or [Settings().processing_guarantee]
+    # name -> the service settings that set it apart
+    services = (
+        {}
+        if args.skip_service
+        else {
+            "service" + (f", sink={sink}" if len(sinks) > 1 else "") + (f", {g}" if len(guarantees) > 1 else ""): {
+                "sink": sink,
+                "processing_guarantee": g,
+            }
+            for sink in sinks
+            for g in guarantees
+        }
+    )
+
+    def slug(name: str) -> str:
+        return "".join(c for c in name.split(",", 1)[-1] if c.isalnum()) or "svc"
+
     spark = build_spark(settings("svc"))
     spark.sparkContext.setLogLevel("ERROR")
+
     def throughput(name: str, n: int | str, source: str = topic, records: int = args.records) -> dict:
         """One pass of one query over the whole backlog of ``source`` (fresh checkpoint and output topic)."""
         if name == "builtin":
-            q = builtin_query(spark, bootstrap, source, f"{run}-builtin-out{n}", str(work / f"ck-builtin{n}"), args.td,
-                              args.hop, args.grace, args.batch, 0, output_mode=args.builtin_output_mode)
+            q = builtin_query(
+                spark,
+                bootstrap,
+                source,
+                f"{run}-builtin-out{n}",
+                str(work / f"ck-builtin{n}"),
+                args.td,
+                args.hop,
+                args.grace,
+                args.batch,
+                0,
+                output_mode=args.builtin_output_mode,
+            )
         else:
-            sink = services[name]
-            q = service_query(spark, settings(f"svc-{sink}{n}", sink=sink, input_topics=source))
+            q = service_query(spark, settings(f"svc-{slug(name)}{n}", input_topics=source, **services[name]))
         r = drain(q, records, args.timeout)
         print(f"{name} (pass {n}):", {k: v for k, v in r.items() if k != "progress"}, flush=True)
         print_batches(r["progress"])
@@ -461,20 +619,37 @@ def main() -> int:
             ensure_topics({"bootstrap.servers": bootstrap}, [TopicSpec(ltopic, args.partitions)])
             out_topic = f"{run}-live-{i}-out"
             if name in services:
-                s = settings(f"live-{i}", input_topics=ltopic, changelog_topic=out_topic, max_offsets_per_trigger=0,
-                             trigger_interval=args.trigger, checkpoint_dir=str(work / f"ck-live-{i}"),
-                             sink=services[name], aggregations="count,sum:amount,max:amount,max:sent")
+                s = settings(
+                    f"live-{i}",
+                    input_topics=ltopic,
+                    changelog_topic=out_topic,
+                    max_offsets_per_trigger=0,
+                    trigger_interval=args.trigger,
+                    checkpoint_dir=str(work / f"ck-live-{i}"),
+                    aggregations="count,sum:amount,max:amount,max:sent",
+                    **services[name],
+                )
                 q = service_query(spark, s)
             else:
                 ensure_topics({"bootstrap.servers": bootstrap}, [TopicSpec(out_topic, args.partitions)])
-                q = builtin_query(spark, bootstrap, ltopic, out_topic, str(work / "ck-live-builtin"), args.td,
-                                  args.hop, args.grace, 0, args.trigger, with_sent=True,
-                                  output_mode=args.builtin_output_mode)
+                q = builtin_query(
+                    spark,
+                    bootstrap,
+                    ltopic,
+                    out_topic,
+                    str(work / "ck-live-builtin"),
+                    args.td,
+                    args.hop,
+                    args.grace,
+                    0,
+                    args.trigger,
+                    with_sent=True,
+                    output_mode=args.builtin_output_mode,
+                )
             # let the first (compile + worker start) micro-batch pass before measuring
             while not q.recentProgress:
                 time.sleep(0.5)
-            prod = LiveProducer(bootstrap, ltopic, latency_rate, args.keys, args.grace, args.ooo,
-                                args.latency_seconds)
+            prod = LiveProducer(bootstrap, ltopic, latency_rate, args.keys, args.grace, args.ooo, args.latency_seconds)
             prod.start()
             seen: dict = {}
             while prod.is_alive():
@@ -484,11 +659,17 @@ def main() -> int:
             progs = collect_progress(q, seen)
             q.stop()
             print_batches(progs)
-            lat[name] = latencies(bootstrap, out_topic, prod.start_ms + 15_000, prod.start_ms + args.td,
-                                  decode if name in services else json.loads)
+            lat[name] = latencies(
+                bootstrap,
+                out_topic,
+                prod.start_ms + 15_000,
+                prod.start_ms + args.td,
+                decode if name in services else json.loads,
+            )
             lat[name]["rate"] = latency_rate
-            lat[name]["batch_s_p50"] = statistics.median(
-                [p.durationMs.get("triggerExecution", 0) / 1000 for p in progs]) if progs else None
+            lat[name]["batch_s_p50"] = (
+                statistics.median([p.durationMs.get("triggerExecution", 0) / 1000 for p in progs]) if progs else None
+            )
             print(f"latency {name}:", lat[name], flush=True)
     spark.stop()
     if broker is not None:
@@ -503,31 +684,60 @@ def main() -> int:
         f"{args.partitions} input partitions, batch {args.batch}, hop {args.hop} ms (built-in), "
         f"service changelog {args.changelog_format}, built-in output mode {args.builtin_output_mode}, "
         f"{os.cpu_count()} cores, load average {load_before} before / {os.getloadavg()[0]:.1f} after\n",
-        f"{args.passes} throughput pass(es) per query" + (" in mirrored order" if args.passes == 2 else "")
-        + (f", after a warm-up pass of each over {args.warmup} other records" if args.warmup else "") + "\n",
+        f"{args.passes} throughput pass(es) per query"
+        + (" in mirrored order" if args.passes == 2 else "")
+        + (f", after a warm-up pass of each over {args.warmup} other records" if args.warmup else "")
+        + "\n",
         "| query | steady rows/s (each pass) | overall rows/s | first batch s | batch s p50 | batch s max | batches |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         each = " / ".join(f"{x['steady_rows_per_s'] or 0:.0f}" for x in passes[name])
-        lines.append(f"| {name} | {r['steady_rows_per_s'] or 0:.0f} ({each}) | {r['overall_rows_per_s'] or 0:.0f} | "
-                     f"{r['first_batch_s'] or 0:.1f} | {r['batch_s_p50'] or 0:.2f} | {r['batch_s_max'] or 0:.2f} | "
-                     f"{r['batches']} |")
+        lines.append(
+            f"| {name} | {r['steady_rows_per_s'] or 0:.0f} ({each}) | {r['overall_rows_per_s'] or 0:.0f} | "
+            f"{r['first_batch_s'] or 0:.1f} | {r['batch_s_p50'] or 0:.2f} | {r['batch_s_max'] or 0:.2f} | "
+            f"{r['batches']} |"
+        )
     if "builtin" in results:
         for name in services:
             a, b = results[name]["steady_rows_per_s"], results["builtin"]["steady_rows_per_s"]
             if a and b:
                 lines.append(f"\n{name} / built-in steady rows/s: {a / b:.2f} (passes together)")
+    eos = [n for n in services if services[n]["processing_guarantee"] == "exactly_once"]
+    for name in eos:  # the cost of exactly_once: against the same sink with at_least_once
+        alo = next(
+            (n for n in services if services[n] == {**services[name], "processing_guarantee": "at_least_once"}), None
+        )
+        if alo is None:
+            continue
+        a, b = results[name]["steady_rows_per_s"], results[alo]["steady_rows_per_s"]
+        if a and b:
+            lines.append(f"\n{name} / {alo} steady rows/s: {a / b:.2f} (passes together)")
+        if (
+            name in lat
+            and alo in lat
+            and None
+            not in (lat[name].get("p99_ms"), lat[alo].get("p99_ms"), lat[name].get("p50_ms"), lat[alo].get("p50_ms"))
+        ):
+            lines.append(
+                f"{name} - {alo} latency from send: p50 {lat[name]['p50_ms'] - lat[alo]['p50_ms']:+.0f} "
+                f"ms, p99 {lat[name]['p99_ms'] - lat[alo]['p99_ms']:+.0f} ms"
+            )
     if lat:
-        lines += ["", "| query | live rate/s | from send p50 ms | p99 ms | max ms | from event time p50 ms | p99 ms "
-                      "| max ms | instant system's from event time p99 ms | from send p99 ms, windows full "
-                      "| batch s p50 |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| query | live rate/s | from send p50 ms | p99 ms | max ms | from event time p50 ms | p99 ms "
+            "| max ms | instant system's from event time p99 ms | from send p99 ms, windows full "
+            "| batch s p50 |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for name, r in lat.items():
-            lines.append(f"| {name} | {r.get('rate', 0):.0f} | {r.get('p50_ms')} | {r.get('p99_ms')} | "
-                         f"{r.get('max_ms')} | {r.get('event_p50_ms')} | {r.get('event_p99_ms')} | "
-                         f"{r.get('event_max_ms')} | {r.get('instant_p99_ms')} | {r.get('full_p99_ms', '-')} | "
-                         f"{r.get('batch_s_p50') or 0:.2f} |")
+            lines.append(
+                f"| {name} | {r.get('rate', 0):.0f} | {r.get('p50_ms')} | {r.get('p99_ms')} | "
+                f"{r.get('max_ms')} | {r.get('event_p50_ms')} | {r.get('event_p99_ms')} | "
+                f"{r.get('event_max_ms')} | {r.get('instant_p99_ms')} | {r.get('full_p99_ms', '-')} | "
+                f"{r.get('batch_s_p50') or 0:.2f} |"
+            )
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -1,4 +1,5 @@
-"""Side-by-side benchmark on one local broker: this service, Kafka Streams, Spark's built-in hopping windows, a plain loop.
+"""Side-by-side benchmark on one local broker: this service, Kafka Streams, Spark's built-in hopping windows, a
+plain loop.
 
     .venv/bin/python bench/side_by_side.py [--records 200000] [--cells inorder-10,ooo-10,inorder-1000,ooo-1000]
         [--systems kstreams,service,builtin,plain] [--live-rate 1000] [--live-seconds 20] [--out bench/RESULTS.md]
@@ -11,8 +12,8 @@ One local Kafka broker (``devtools.local_broker``) for everything. For each *cel
    system's live phase appends to its own topic, so the backlogs must not be shared). Event time advances at
    ``density * keys / td`` records per second of event time, so every key has ``density`` records per window of
    ``--td``: density 10 uses 10,000 keys and ``--records``, density 1,000 uses 5 keys and
-   ``--records-dense`` (Kafka Streams manages ~100-200 records/s there, see bench/RESULTS.md). ``ooo``: 5% of the records get their timestamp moved back by
-   1..``--grace`` ms (out of order, never late).
+   ``--records-dense`` (Kafka Streams manages ~100-200 records/s there, see bench/RESULTS.md). ``ooo``: 5% of the
+   records get their timestamp moved back by 1..``--grace`` ms (out of order, never late).
 2. Each system runs in turn as its own process (tree), from the earliest offset of its topic:
    ``kstreams`` (bench/kstreams_app, SlidingWindows count+sum+max(sent), default record cache, commit interval
    ``--commit-ms``, ``--partitions`` stream threads), ``service`` (``service.job.start_query`` exactly as
@@ -22,7 +23,8 @@ One local Kafka broker (``devtools.local_broker``) for everything. For each *cel
 3. **live** - once the process has consumed the backlog, the driver produces ``--live-rate`` records/s for
    ``--live-seconds`` to the same topic with record timestamp = wall clock (5% moved back in ``ooo``) and
    ``density * live_keys / td = live-rate`` (so the live phase has the cell's density too: 1,000 keys at 10 per
-   window and 1,000 rec/s; 1 key at 1,000 per window and ``--live-rate-dense`` 100 rec/s), then waits for the output to settle and stops the process.
+   window and 1,000 rec/s; 1 key at 1,000 per window and ``--live-rate-dense`` 100 rec/s), then waits for the output
+   to settle and stops the process.
 
 Figures (every output topic is created with ``message.timestamp.type=LogAppendTime``, so an output record's
 timestamp is the broker's wall clock when it was appended, for every system alike):
@@ -50,7 +52,6 @@ import random
 import shlex
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -63,6 +64,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import service_bench as sb  # noqa: E402  (read_to_end, LiveProducer, produce_waiting)
+
 KSTREAMS_DIR = ROOT / "bench" / "kstreams_app"
 SYSTEMS = ("kstreams", "service", "builtin", "plain")
 
@@ -77,8 +79,15 @@ def keys_for(density: int) -> int:
 def produce_backlog(bootstrap, topics, n, keys, event_rate, grace_ms, ooo, seed=1):
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 10000,
-                  "queue.buffering.max.messages": 2000000, "compression.type": "none"})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 2000000,
+            "compression.type": "none",
+        }
+    )
     rnd = random.Random(seed)
     base = int(time.time() * 1000) - int(n / event_rate * 1000) - 60_000
     for i in range(n):
@@ -106,7 +115,7 @@ def tree_rss_bytes(root_pid: int) -> int:
         try:
             with open(f"/proc/{d}/stat") as f:
                 st = f.read()
-            ppid = int(st[st.rindex(")") + 2:].split()[1])
+            ppid = int(st[st.rindex(")") + 2 :].split()[1])
             with open(f"/proc/{d}/status") as f:
                 kb = next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
         except (OSError, ValueError, IndexError):
@@ -125,9 +134,10 @@ class Proc:
     """A system under test: started in its own session, reports ``consumed N`` lines, RSS sampled."""
 
     def __init__(self, cmd, log_path, env=None):
-        self.log = open(log_path, "w")
-        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True,
-                                  env=env, cwd=str(ROOT))
+        self.log = open(log_path, "w")  # noqa: SIM115 - held for the process lifetime, closed in stop()
+        self.p = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True, env=env, cwd=str(ROOT)
+        )
         self.started = time.monotonic()
         self.consumed = 0
         self.first_input_at = None
@@ -189,13 +199,26 @@ def kstreams_classpath() -> str:
 def spark_settings(args, bootstrap, topic, out_topic, ckpt):
     from service.settings import Settings
 
-    return Settings(bootstrap_servers=bootstrap, input_topics=topic, changelog_topic=out_topic,
-                    late_topic=f"{out_topic}-late", dead_letter_topic=f"{out_topic}-dlq", changelog_format="json",
-                    changelog_key_format="json", aggregations="count,sum:amount,max:sent",
-                    time_difference=args.td, grace=args.grace, emit="update", checkpoint_dir=ckpt, metrics_port=0,
-                    state_partitions=args.partitions, trigger_interval=0, spark_master=f"local[{args.cores}]",
-                    max_offsets_per_trigger=args.batch,
-                    spark_conf="spark.driver.memory=1g")
+    return Settings(
+        bootstrap_servers=bootstrap,
+        input_topics=topic,
+        changelog_topic=out_topic,
+        late_topic=f"{out_topic}-late",
+        dead_letter_topic=f"{out_topic}-dlq",
+        changelog_format="json",
+        changelog_key_format="json",
+        aggregations="count,sum:amount,max:sent",
+        time_difference=args.td,
+        grace=args.grace,
+        emit="update",
+        checkpoint_dir=ckpt,
+        metrics_port=0,
+        state_partitions=args.partitions,
+        trigger_interval=0,
+        spark_master=f"local[{args.cores}]",
+        max_offsets_per_trigger=args.batch,
+        spark_conf="spark.driver.memory=1g",
+    )
 
 
 def builtin_query(spark, bootstrap, topic, out_topic, ckpt, td_ms, hop_ms, grace_ms, batch):
@@ -204,23 +227,51 @@ def builtin_query(spark, bootstrap, topic, out_topic, ckpt, td_ms, hop_ms, grace
 
     from service.job import SOURCE_DEFAULTS
 
-    src = (spark.readStream.format("kafka").options(**SOURCE_DEFAULTS).option("kafka.bootstrap.servers", bootstrap)
-           .option("subscribe", topic).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(batch)))
+    src = (
+        spark.readStream.format("kafka")
+        .options(**SOURCE_DEFAULTS)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(batch))
+    )
     v = F.col("value").cast("string")
-    df = src.load().select(F.col("key").cast("string").alias("k"), F.col("timestamp").alias("ts"),
-                           F.get_json_object(v, "$.amount").cast("long").alias("amount"),
-                           F.get_json_object(v, "$.sent").cast("long").alias("sent"))
-    agg = (df.withWatermark("ts", f"{grace_ms} milliseconds")
-           .groupBy(F.window("ts", f"{td_ms} milliseconds", f"{hop_ms} milliseconds"), "k")
-           .agg(F.count("*").alias("count"), F.sum("amount").alias("sum_amount"), F.max("sent").alias("max_sent")))
+    df = src.load().select(
+        F.col("key").cast("string").alias("k"),
+        F.col("timestamp").alias("ts"),
+        F.get_json_object(v, "$.amount").cast("long").alias("amount"),
+        F.get_json_object(v, "$.sent").cast("long").alias("sent"),
+    )
+    agg = (
+        df.withWatermark("ts", f"{grace_ms} milliseconds")
+        .groupBy(F.window("ts", f"{td_ms} milliseconds", f"{hop_ms} milliseconds"), "k")
+        .agg(F.count("*").alias("count"), F.sum("amount").alias("sum_amount"), F.max("sent").alias("max_sent"))
+    )
     out = agg.select(
-        F.to_json(F.struct(F.col("k").alias("key"), F.col("window.start").alias("window_start"))).cast("binary")
+        F.to_json(F.struct(F.col("k").alias("key"), F.col("window.start").alias("window_start")))
+        .cast("binary")
         .alias("key"),
-        F.to_json(F.struct(F.col("k").alias("key"), F.col("window.start").alias("window_start"),
-                           F.col("window.end").alias("window_end"), "count", "sum_amount", "max_sent"))
-        .cast("binary").alias("value"))
-    return (out.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", out_topic)
-            .option("checkpointLocation", ckpt).outputMode("update").start())
+        F.to_json(
+            F.struct(
+                F.col("k").alias("key"),
+                F.col("window.start").alias("window_start"),
+                F.col("window.end").alias("window_end"),
+                "count",
+                "sum_amount",
+                "max_sent",
+            )
+        )
+        .cast("binary")
+        .alias("value"),
+    )
+    return (
+        out.writeStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", out_topic)
+        .option("checkpointLocation", ckpt)
+        .outputMode("update")
+        .start()
+    )
 
 
 def spark_child(args) -> int:
@@ -236,8 +287,17 @@ def spark_child(args) -> int:
 
         q = start_query(spark, s, prepare(s))
     else:
-        q = builtin_query(spark, args.bootstrap_servers, args.topic, args.out_topic, args.ckpt, args.td,
-                          args.td // 10, args.grace, args.batch)
+        q = builtin_query(
+            spark,
+            args.bootstrap_servers,
+            args.topic,
+            args.out_topic,
+            args.ckpt,
+            args.td,
+            args.td // 10,
+            args.grace,
+            args.batch,
+        )
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     seen: dict[int, int] = {}
@@ -251,10 +311,26 @@ def spark_child(args) -> int:
         time.sleep(0.25)
     progs = [p for p in q.recentProgress if p.numInputRows]
     for p in progs:
-        print(json.dumps({"batch": p.batchId, "rows": p.numInputRows, "ms": p.durationMs.get("triggerExecution"),
-                          "observed": {k: v for k, v in (p.observedMetrics["slidingwindow"].asDict().items()
-                                                         if "slidingwindow" in (p.observedMetrics or {}) else [])
-                                       if k != "tasks"}}), file=sys.stderr, flush=True)
+        print(
+            json.dumps(
+                {
+                    "batch": p.batchId,
+                    "rows": p.numInputRows,
+                    "ms": p.durationMs.get("triggerExecution"),
+                    "observed": {
+                        k: v
+                        for k, v in (
+                            p.observedMetrics["slidingwindow"].asDict().items()
+                            if "slidingwindow" in (p.observedMetrics or {})
+                            else []
+                        )
+                        if k != "tasks"
+                    },
+                }
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
     q.stop()
     spark.stop()
     return 0
@@ -263,16 +339,58 @@ def spark_child(args) -> int:
 def command(system, args, bootstrap, topic, out_topic, work):
     py = sys.executable
     if system == "kstreams":
-        return ["java", "-Xmx1g", "-cp", kstreams_classpath(), "slidingwindow.bench.KStreamsApp", bootstrap, topic,
-                out_topic, str(args.td), str(args.grace), str(args.partitions), str(args.commit_ms),
-                str(work / f"ks-{out_topic}"), f"app-{out_topic}"]
+        return [
+            "java",
+            "-Xmx1g",
+            "-cp",
+            kstreams_classpath(),
+            "slidingwindow.bench.KStreamsApp",
+            bootstrap,
+            topic,
+            out_topic,
+            str(args.td),
+            str(args.grace),
+            str(args.partitions),
+            str(args.commit_ms),
+            str(work / f"ks-{out_topic}"),
+            f"app-{out_topic}",
+        ]
     if system == "plain":
-        return [py, str(ROOT / "bench" / "plain_loop.py"), "--bootstrap-servers", bootstrap, "--input-topic", topic,
-                "--output-topic", out_topic]
-    return [py, str(Path(__file__).resolve()), "_spark", "--system", system, "--bootstrap-servers", bootstrap,
-            "--topic", topic, "--out-topic", out_topic, "--ckpt", str(work / f"ck-{out_topic}"), "--td", str(args.td),
-            "--grace", str(args.grace), "--batch", str(args.batch), "--partitions", str(args.partitions),
-            "--cores", str(args.cores)]
+        return [
+            py,
+            str(ROOT / "bench" / "plain_loop.py"),
+            "--bootstrap-servers",
+            bootstrap,
+            "--input-topic",
+            topic,
+            "--output-topic",
+            out_topic,
+        ]
+    return [
+        py,
+        str(Path(__file__).resolve()),
+        "_spark",
+        "--system",
+        system,
+        "--bootstrap-servers",
+        bootstrap,
+        "--topic",
+        topic,
+        "--out-topic",
+        out_topic,
+        "--ckpt",
+        str(work / f"ck-{out_topic}"),
+        "--td",
+        str(args.td),
+        "--grace",
+        str(args.grace),
+        "--batch",
+        str(args.batch),
+        "--partitions",
+        str(args.partitions),
+        "--cores",
+        str(args.cores),
+    ]
 
 
 # ------------------------------------------------------------------------------------------------- measuring
@@ -321,29 +439,54 @@ def run_cell(args, bootstrap, cell, systems, work, log_dir):
     ensure_topics(admin, [TopicSpec(t, args.partitions, config={"retention.ms": "-1"}) for t in topics.values()])
     t = time.monotonic()
     produce_backlog(bootstrap, list(topics.values()), n, keys, event_rate, args.grace, ooo)
-    print(f"[{cell}] produced {n} records x {len(systems)} topics ({keys} keys, event rate "
-          f"{event_rate:.0f}/s) in {time.monotonic() - t:.1f}s; load {os.getloadavg()[0]:.1f}", flush=True)
+    print(
+        f"[{cell}] produced {n} records x {len(systems)} topics ({keys} keys, event rate "
+        f"{event_rate:.0f}/s) in {time.monotonic() - t:.1f}s; load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     res = {}
     for system in systems:
         out_topic = f"{run}-{system}-out"
-        ensure_topics(admin, [TopicSpec(out_topic, args.partitions,
-                                        config={"message.timestamp.type": "LogAppendTime"})])
+        ensure_topics(
+            admin, [TopicSpec(out_topic, args.partitions, config={"message.timestamp.type": "LogAppendTime"})]
+        )
         load0 = os.getloadavg()[0]
-        proc = Proc(command(system, args, bootstrap, topics[system], out_topic, work),
-                    log_dir / f"{out_topic}.log")
+        proc = Proc(command(system, args, bootstrap, topics[system], out_topic, work), log_dir / f"{out_topic}.log")
         spy = None
         if args.profile and system == "service":
             Path(args.profile).mkdir(parents=True, exist_ok=True)
-            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--subprocesses",
-                                    "--format", "raw", "--rate", "50", "--pid", str(proc.p.pid),
-                                    "-o", str(Path(args.profile) / f"service-{cell}.txt")],
-                                   stdout=subprocess.DEVNULL, stderr=open(log_dir / f"{out_topic}.pyspy.log", "w"))
+            spy = subprocess.Popen(
+                [
+                    str(Path(sys.executable).parent / "py-spy"),
+                    "record",
+                    "--subprocesses",
+                    "--format",
+                    "raw",
+                    "--rate",
+                    "50",
+                    "--pid",
+                    str(proc.p.pid),
+                    "-o",
+                    str(Path(args.profile) / f"service-{cell}.txt"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=open(log_dir / f"{out_topic}.pyspy.log", "w"),  # noqa: SIM115 - py-spy's stderr, for its lifetime
+            )
         try:
             t_done = proc.wait_consumed(n, args.timeout)
             drain_s = t_done - proc.started
             time.sleep(2)
-            live = sb.LiveProducer(bootstrap, topics[system], live_rate, live_keys, args.grace, ooo,
-                                   args.live_seconds, key_prefix="live-", linger_ms=1)
+            live = sb.LiveProducer(
+                bootstrap,
+                topics[system],
+                live_rate,
+                live_keys,
+                args.grace,
+                ooo,
+                args.live_seconds,
+                key_prefix="live-",
+                linger_ms=1,
+            )
             live.start()
             live.join()
             proc.wait_consumed(n + live.sent, 120)
@@ -357,11 +500,22 @@ def run_cell(args, bootstrap, cell, systems, work, log_dir):
                 except subprocess.TimeoutExpired:
                     spy.terminate()
         r = measure(system, read_output(bootstrap, out_topic, system), n, live.start_ms)
-        r.update(records=n, keys=keys, live_rate=live_rate, live_keys=live_keys, drain_s=drain_s, peak_rss_mb=rss / 2**20, load=(load0 + os.getloadavg()[0]) / 2,
-                 live_sent=live.sent)
+        r.update(
+            records=n,
+            keys=keys,
+            live_rate=live_rate,
+            live_keys=live_keys,
+            drain_s=drain_s,
+            peak_rss_mb=rss / 2**20,
+            load=(load0 + os.getloadavg()[0]) / 2,
+            live_sent=live.sent,
+        )
         res[system] = r
-        print(f"[{cell}] {system}: " + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}"
-                                                 for k, v in r.items()), flush=True)
+        print(
+            f"[{cell}] {system}: "
+            + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()),
+            flush=True,
+        )
     return res
 
 
@@ -369,8 +523,11 @@ def run_cell(args, bootstrap, cell, systems, work, log_dir):
 
 
 def table(results, systems):
-    lines = ["| cell | system | records/s | x KS | latency p50 ms | x KS | p99 ms | x KS | peak RSS MiB | x KS | "
-             "drain s | load |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| cell | system | records/s | x KS | latency p50 ms | x KS | p99 ms | x KS | peak RSS MiB | x KS | "
+        "drain s | load |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
 
     def ratio(r, ks, k):
         return f"{r[k] / ks[k]:.2f}" if k in r and ks and ks.get(k) else "-"
@@ -384,10 +541,12 @@ def table(results, systems):
             if s not in res:
                 continue
             r = res[s]
-            lines.append(f"| {cell} | {s} | {fmt(r, 'rec_per_s')} | {ratio(r, ks, 'rec_per_s')} | "
-                         f"{fmt(r, 'p50_ms')} | {ratio(r, ks, 'p50_ms')} | {fmt(r, 'p99_ms')} | "
-                         f"{ratio(r, ks, 'p99_ms')} | {fmt(r, 'peak_rss_mb')} | {ratio(r, ks, 'peak_rss_mb')} | "
-                         f"{r['drain_s']:.0f} | {r['load']:.1f} |")
+            lines.append(
+                f"| {cell} | {s} | {fmt(r, 'rec_per_s')} | {ratio(r, ks, 'rec_per_s')} | "
+                f"{fmt(r, 'p50_ms')} | {ratio(r, ks, 'p50_ms')} | {fmt(r, 'p99_ms')} | "
+                f"{ratio(r, ks, 'p99_ms')} | {fmt(r, 'peak_rss_mb')} | {ratio(r, ks, 'peak_rss_mb')} | "
+                f"{r['drain_s']:.0f} | {r['load']:.1f} |"
+            )
     return "\n".join(lines)
 
 
@@ -401,10 +560,12 @@ def plots(results, systems, out_dir: Path):
     cells = list(results)
     width = 0.8 / len(systems)
     made = []
-    for name, keys, ylabel in (("throughput", ("rec_per_s",), "records/s (log)"),
-                               ("latency", ("p50_ms", "p99_ms"), "end-to-end latency ms (log)")):
+    for name, keys, ylabel in (
+        ("throughput", ("rec_per_s",), "records/s (log)"),
+        ("latency", ("p50_ms", "p99_ms"), "end-to-end latency ms (log)"),
+    ):
         fig, axes = plt.subplots(1, len(keys), figsize=(6.5 * len(keys), 4.2), squeeze=False)
-        for ax, k in zip(axes[0], keys):
+        for ax, k in zip(axes[0], keys, strict=True):
             for i, s in enumerate(systems):
                 vals = [results[c].get(s, {}).get(k, 0) or 0 for c in cells]
                 ax.bar([j + i * width for j in range(len(cells))], vals, width, label=s)
@@ -412,8 +573,13 @@ def plots(results, systems, out_dir: Path):
             ax.set_xticklabels(cells)
             ax.set_yscale("log")
             ax.set_ylabel(ylabel)
-            ax.set_title({"rec_per_s": "sustained throughput (backlog)", "p50_ms": "latency p50 (live)",
-                          "p99_ms": "latency p99 (live)"}[k])
+            ax.set_title(
+                {
+                    "rec_per_s": "sustained throughput (backlog)",
+                    "p50_ms": "latency p50 (live)",
+                    "p99_ms": "latency p99 (live)",
+                }[k]
+            )
             ax.grid(axis="y", alpha=0.3)
         axes[0][0].legend(fontsize=8)
         fig.suptitle("cell = order-records per window; 2 shared vCPUs under load (see RESULTS.md)", fontsize=9)
@@ -436,8 +602,12 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=100_000, help="backlog records of the 10-per-window cells")
-    ap.add_argument("--records-dense", type=int, default=10_000,
-                    help="backlog records of the 1,000-per-window cells (Kafka Streams does ~200 rec/s there)")
+    ap.add_argument(
+        "--records-dense",
+        type=int,
+        default=10_000,
+        help="backlog records of the 1,000-per-window cells (Kafka Streams does ~200 rec/s there)",
+    )
     ap.add_argument("--cells", default="inorder-10,ooo-10,inorder-1000,ooo-1000")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--td", type=int, default=10_000)
@@ -447,8 +617,12 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=20_000, help="maxOffsetsPerTrigger of both Spark queries")
     ap.add_argument("--commit-ms", type=int, default=1000, help="Kafka Streams commit.interval.ms (cache flush)")
     ap.add_argument("--live-rate", type=float, default=1000.0, help="live records/s of the 10-per-window cells")
-    ap.add_argument("--live-rate-dense", type=float, default=100.0,
-                    help="live records/s of the 1,000-per-window cells (below Kafka Streams' capacity there)")
+    ap.add_argument(
+        "--live-rate-dense",
+        type=float,
+        default=100.0,
+        help="live records/s of the 1,000-per-window cells (below Kafka Streams' capacity there)",
+    )
     ap.add_argument("--live-seconds", type=float, default=20.0)
     ap.add_argument("--settle", type=float, default=4.0, help="seconds to wait after the live input is consumed")
     ap.add_argument("--rotate", action="store_true", help="rotate the system order from cell to cell")
@@ -478,7 +652,7 @@ def main() -> int:
     t0 = time.monotonic()
     try:
         for i, cell in enumerate(c for c in args.cells.split(",") if c):
-            order = systems[i % len(systems):] + systems[:i % len(systems)] if args.rotate else systems
+            order = systems[i % len(systems) :] + systems[: i % len(systems)] if args.rotate else systems
             try:
                 results[cell] = run_cell(args, broker.bootstrap_servers, cell, order, work, log_dir)
             except Exception as e:  # deliver the other cells
@@ -489,13 +663,17 @@ def main() -> int:
         broker.stop()
     load_after = os.getloadavg()
     text = table(results, systems)
-    cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT)] + sys.argv[1:])
-    header = (f"\n### {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC - `{cmd}`\n\n"
-              f"{args.records:,} (10/window) / {args.records_dense:,} (1,000/window) backlog records per system and cell, td {args.td} ms, grace {args.grace} ms, "
-              f"{args.partitions} partitions, Spark batch {args.batch:,}, KS commit {args.commit_ms} ms, live "
-              f"{args.live_rate:.0f} / {args.live_rate_dense:.0f} rec/s for {args.live_seconds:.0f} s; {os.cpu_count()} vCPUs, load average "
-              f"(1 min) {load_before[0]:.1f} before / {load_after[0]:.1f} after, whole run "
-              f"{(time.monotonic() - t0) / 60:.1f} min\n\n")
+    cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT), *sys.argv[1:]])
+    header = (
+        f"\n### {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC - `{cmd}`\n\n"
+        f"{args.records:,} (10/window) / {args.records_dense:,} (1,000/window) backlog records per system and cell, "
+        f"td {args.td} ms, grace {args.grace} ms, "
+        f"{args.partitions} partitions, Spark batch {args.batch:,}, KS commit {args.commit_ms} ms, live "
+        f"{args.live_rate:.0f} / {args.live_rate_dense:.0f} rec/s for {args.live_seconds:.0f} s; "
+        f"{os.cpu_count()} vCPUs, load average "
+        f"(1 min) {load_before[0]:.1f} before / {load_after[0]:.1f} after, whole run "
+        f"{(time.monotonic() - t0) / 60:.1f} min\n\n"
+    )
     print(header + text, flush=True)
     if args.plots:
         for p in plots(results, systems, Path(args.plots)):

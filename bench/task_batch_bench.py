@@ -39,8 +39,17 @@ def measure(fill: int, batches: int) -> dict[str, float]:
     from service.processing import DictTaskState, TaskConfig, TaskRunner, process_task_batch
     from windowstore import SlidingWindowProcessor
 
-    cfg = TaskConfig(60_000, 10_000, AGGS, "update", InputSpec(fields=aggregation_fields(AGGS)),
-                     ChangelogSpec("avro", "avro", AGGS, 1, 2), "out", "late", "dlq")
+    cfg = TaskConfig(
+        60_000,
+        10_000,
+        AGGS,
+        "update",
+        InputSpec(fields=aggregation_fields(AGGS)),
+        ChangelogSpec("avro", "avro", AGGS, 1, 2),
+        "out",
+        "late",
+        "dlq",
+    )
     runner, state, rnd = TaskRunner(cfg), DictTaskState(), random.Random(1)
     pos = [0]
 
@@ -60,8 +69,9 @@ def measure(fill: int, batches: int) -> dict[str, float]:
 
     def run(b: tuple[list[bytes], list[bytes], list[int]]) -> int:
         keys, values, stamps = b
-        out = process_task_batch(runner, state, "in", 0, list(range(offset[0], offset[0] + len(keys))), keys,
-                                 values, stamps, emit_time_ms=5)
+        out = process_task_batch(
+            runner, state, "in", 0, list(range(offset[0], offset[0] + len(keys))), keys, values, stamps, emit_time_ms=5
+        )
         offset[0] += len(keys)
         return len(out.changelog_keys)
 
@@ -86,9 +96,11 @@ def measure(fill: int, batches: int) -> dict[str, float]:
 
 
 def run_in(tree: Path, fill: int, batches: int, keep_memory: bool = False) -> dict[str, float]:
-    code = (f"import sys, json; sys.path.insert(0, {str(tree)!r}); sys.path.insert(1, {str(ROOT / 'bench')!r}); "
-            + ("from service.python_daemon import keep_memory; keep_memory(); " if keep_memory else "")
-            + f"import task_batch_bench as b; print(json.dumps(b.measure({fill}, {batches})))")
+    code = (
+        f"import sys, json; sys.path.insert(0, {str(tree)!r}); sys.path.insert(1, {str(ROOT / 'bench')!r}); "
+        + ("from service.python_daemon import keep_memory; keep_memory(); " if keep_memory else "")
+        + f"import task_batch_bench as b; print(json.dumps(b.measure({fill}, {batches})))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=tree, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -99,8 +111,11 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="fresh processes per tree (alternating)")
     ap.add_argument("--batches", type=int, default=16, help="measured batches per round")
     ap.add_argument("--fill", type=int, default=14, help="batches before measuring (14: the windows are full)")
-    ap.add_argument("--keep-memory", action="store_true",
-                    help="also run this tree with the Python workers' memory policy (service.python_daemon)")
+    ap.add_argument(
+        "--keep-memory",
+        action="store_true",
+        help="also run this tree with the Python workers' memory policy (service.python_daemon)",
+    )
     args = ap.parse_args()
     trees: dict[str, tuple[Path, bool]] = {"this tree": (ROOT, False)}
     if args.keep_memory:
@@ -108,16 +123,22 @@ def main() -> int:
     tmp = None
     if args.against:
         tmp = Path(tempfile.mkdtemp(prefix="task-batch-bench-")) / "tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tmp), args.against], check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tmp), args.against],
+            check=True,
+            capture_output=True,
+        )
         trees[args.against] = (tmp, False)
     try:
         best: dict[str, dict[str, float]] = {}
         for r in range(args.rounds):
             for name, (tree, keep) in trees.items():
                 got = run_in(tree, args.fill, args.batches, keep)
-                print(f"round {r + 1} {name}: {got['ms']:.1f} ms per batch, engine {got['engine_ms']:.1f} ms, "
-                      f"{got['rows']:.0f} changelog rows", flush=True)
+                print(
+                    f"round {r + 1} {name}: {got['ms']:.1f} ms per batch, engine {got['engine_ms']:.1f} ms, "
+                    f"{got['rows']:.0f} changelog rows",
+                    flush=True,
+                )
                 if name not in best or got["ms"] < best[name]["ms"]:
                     best[name] = got
     finally:
@@ -132,8 +153,10 @@ def main() -> int:
     pairs += [("this tree", args.against)] if args.against else []
     for a_name, b_name in pairs:
         a, b = best[a_name], best[b_name]
-        print(f"\n{a_name} / {b_name}: {a['ms'] / b['ms']:.2f} of the CPU per batch, "
-              f"window engine {a['engine_ms'] / b['engine_ms']:.2f}")
+        print(
+            f"\n{a_name} / {b_name}: {a['ms'] / b['ms']:.2f} of the CPU per batch, "
+            f"window engine {a['engine_ms'] / b['engine_ms']:.2f}"
+        )
     return 0
 
 

@@ -31,20 +31,38 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import service.processing as processing  # noqa: E402
-from connectors.output import ChangelogSpec  # noqa: E402
-from connectors.serde import InputSpec, aggregation_fields  # noqa: E402
-from service.processing import DictTaskState, TaskConfig, TaskRunner, process_task_batch  # noqa: E402
+import service.processing as processing
+from connectors.output import ChangelogSpec
+from connectors.serde import InputSpec, aggregation_fields
+from service.processing import DictTaskState, TaskConfig, TaskRunner, process_task_batch
 
 AGGS = "count,sum:amount,max:amount,max:sent"
 
 
-def run(keys: int, rate: float, batch_s: float, warmup: int, batches: int, workers: int, snapshot_every: int,
-        share: bool = False) -> dict:
+def run(
+    keys: int,
+    rate: float,
+    batch_s: float,
+    warmup: int,
+    batches: int,
+    workers: int,
+    snapshot_every: int,
+    share: bool = False,
+) -> dict:
     spool_id = f"task-state-bench-{time.time_ns()}" if share else ""
-    cfg = TaskConfig(60_000, 10_000, AGGS, "update", InputSpec(fields=aggregation_fields(AGGS)),
-                     ChangelogSpec("json", "json", AGGS), "out", "late", "dlq", state_snapshot_every=snapshot_every,
-                     log_spool=spool_id)
+    cfg = TaskConfig(
+        60_000,
+        10_000,
+        AGGS,
+        "update",
+        InputSpec(fields=aggregation_fields(AGGS)),
+        ChangelogSpec("json", "json", AGGS),
+        "out",
+        "late",
+        "dlq",
+        state_snapshot_every=snapshot_every,
+        log_spool=spool_id,
+    )
     runner = TaskRunner(cfg)
     state = DictTaskState()
     rnd = random.Random(1)
@@ -52,8 +70,7 @@ def run(keys: int, rate: float, batch_s: float, warmup: int, batches: int, worke
     caches: list[dict] = [{} for _ in range(workers)]
     t = 1_795_300_000_000
     off = 0
-    totals = {"cpu": 0.0, "catch_up": 0.0, "hits": 0, "replayed": 0, "changelog": 0, "log_bytes": 0,
-              "bucket_bytes": 0}
+    totals = {"cpu": 0.0, "catch_up": 0.0, "hits": 0, "replayed": 0, "changelog": 0, "log_bytes": 0, "bucket_bytes": 0}
     saved = processing._CACHE, processing._start_catch_up_thread, tempfile.tempdir
     spool_dir = tempfile.TemporaryDirectory()
     processing._start_catch_up_thread = lambda: None  # this loop does the catch-up, between the batches
@@ -110,26 +127,36 @@ def main() -> None:
     ap.add_argument("--workers", default="1,2", help="Python workers taking turns (comma-separated list)")
     ap.add_argument("--snapshot-every", default="1,8", help="state_snapshot_every values (comma-separated)")
     ap.add_argument("--share", default="off", help="share the log entries between the workers: off, on or off,on")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per configuration, interleaved (this VM's speed "
-                    "drifts by up to 2x within minutes); the table shows the median, with the range")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="runs per configuration, interleaved (this VM's speed "
+        "drifts by up to 2x within minutes); the table shows the median, with the range",
+    )
     args = ap.parse_args()
     workers = [int(x) for x in args.workers.split(",")]
     everies = [int(x) for x in args.snapshot_every.split(",")]
     shares = [x == "on" for x in args.share.split(",")]
     configs = [(every, share) for every in everies for share in shares]
-    print(f"python {sys.version.split()[0]}, {args.keys} keys, {args.rate:g} records/s, {args.batch_seconds:g} s "
-          f"batches, {args.batches} measured after {args.warmup}\n")
-    header = (f"{'workers':>7} {'snapshot every':>14} {'shared':>6} {'CPU s/batch':>11} {'(min-max)':>13} "
-              f"{'vs first':>8} {'catch-up s/batch':>16} {'hits':>5} {'replayed':>8} {'changelog/batch':>15} "
-              f"{'state MB at end':>15} {'restore s':>9} {'(entries)':>9}")
+    print(
+        f"python {sys.version.split()[0]}, {args.keys} keys, {args.rate:g} records/s, {args.batch_seconds:g} s "
+        f"batches, {args.batches} measured after {args.warmup}\n"
+    )
+    header = (
+        f"{'workers':>7} {'snapshot every':>14} {'shared':>6} {'CPU s/batch':>11} {'(min-max)':>13} "
+        f"{'vs first':>8} {'catch-up s/batch':>16} {'hits':>5} {'replayed':>8} {'changelog/batch':>15} "
+        f"{'state MB at end':>15} {'restore s':>9} {'(entries)':>9}"
+    )
     print(header)
     print("-" * len(header))
     for w in workers:
         runs: dict[tuple[int, bool], list[dict]] = {c: [] for c in configs}
         for _ in range(args.repeat):  # interleaved: every configuration once per round
             for every, share in configs:
-                runs[every, share].append(run(args.keys, args.rate, args.batch_seconds, args.warmup, args.batches,
-                                              w, every, share))
+                runs[every, share].append(
+                    run(args.keys, args.rate, args.batch_seconds, args.warmup, args.batches, w, every, share)
+                )
         first = None
         for every, share in configs:
             rs = runs[every, share]
@@ -138,11 +165,14 @@ def main() -> None:
             first = first or cpu
             catch_up = statistics.median(r["catch_up"] / args.batches for r in rs)
             r = rs[0]
-            print(f"{w:>7} {every:>14} {'on' if share else 'off':>6} {cpu:>11.3f} "
-                  f"{f'({cpus[0]:.3f}-{cpus[-1]:.3f})':>13} {cpu / first:>7.2f}x {catch_up:>16.3f} {r['hits']:>5} "
-                  f"{r['replayed']:>8} {r['changelog'] / args.batches:>15,.0f} "
-                  f"{(r['log_bytes'] + r['bucket_bytes']) / 1e6:>15.1f} {r['restore']:>9.2f} "
-                  f"{r['restore_replayed']:>9}", flush=True)
+            print(
+                f"{w:>7} {every:>14} {'on' if share else 'off':>6} {cpu:>11.3f} "
+                f"{f'({cpus[0]:.3f}-{cpus[-1]:.3f})':>13} {cpu / first:>7.2f}x {catch_up:>16.3f} {r['hits']:>5} "
+                f"{r['replayed']:>8} {r['changelog'] / args.batches:>15,.0f} "
+                f"{(r['log_bytes'] + r['bucket_bytes']) / 1e6:>15.1f} {r['restore']:>9.2f} "
+                f"{r['restore_replayed']:>9}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -37,8 +37,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import windowstore  # noqa: E402
-from windowstore import Count, SlidingWindowProcessor, SlidingWindows, Sum  # noqa: E402
+import windowstore
+from windowstore import Count, Sum
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,10 +58,12 @@ def make_stream(n: int, keys: int, per_window: int, disorder: float, seed: int =
     return td, out
 
 
-def run(path: str, agg, td: int, grace: int, records, batch: int, seconds: float,
-        engine: ModuleType = windowstore) -> tuple[float, int, int]:
-    proc = engine.SlidingWindowProcessor(engine.SlidingWindows(td, grace), getattr(engine, agg.__name__)(), "update",
-                                         batch=(path == "batch"))
+def run(
+    path: str, agg, td: int, grace: int, records, batch: int, seconds: float, engine: ModuleType = windowstore
+) -> tuple[float, int, int]:
+    proc = engine.SlidingWindowProcessor(
+        engine.SlidingWindows(td, grace), getattr(engine, agg.__name__)(), "update", batch=(path == "batch")
+    )
     done = emitted = 0
     taken = 0
     if path == "batch":  # the service hands the batch path columns (from Arrow), not tuples
@@ -88,8 +90,9 @@ def run(path: str, agg, td: int, grace: int, records, batch: int, seconds: float
 
 def load_engine(tree: Path, name: str) -> ModuleType:
     """The ``windowstore`` package of another tree, imported as package ``name`` (its relative imports follow)."""
-    spec = importlib.util.spec_from_file_location(name, tree / "windowstore" / "__init__.py",
-                                                  submodule_search_locations=[str(tree / "windowstore")])
+    spec = importlib.util.spec_from_file_location(
+        name, tree / "windowstore" / "__init__.py", submodule_search_locations=[str(tree / "windowstore")]
+    )
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[name] = module
     spec.loader.exec_module(module)  # type: ignore[union-attr]
@@ -143,14 +146,19 @@ def main() -> None:
 def compare(args: argparse.Namespace) -> None:
     """Every cell on this tree's engine and on ``--against``'s, alternating, best of ``--rounds`` each."""
     tmp = Path(tempfile.mkdtemp(prefix="windowstore-bench-")) / "tree"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tmp), args.against], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tmp), args.against], check=True, capture_output=True
+    )
     try:
         engines = {"this": windowstore, "against": load_engine(tmp, "windowstore_against")}
-        print(f"python {sys.version.split()[0]}, {args.keys} keys, micro-batch {args.batch} records, update mode; "
-              f"records per CPU-second, best of {args.rounds} alternating rounds; this tree vs {args.against}\n")
-        print("| agg | order | rec/window | path | this tree rec/s | "
-              f"{args.against} rec/s | this / {args.against} | noise |")
+        print(
+            f"python {sys.version.split()[0]}, {args.keys} keys, micro-batch {args.batch} records, update mode; "
+            f"records per CPU-second, best of {args.rounds} alternating rounds; this tree vs {args.against}\n"
+        )
+        print(
+            "| agg | order | rec/window | path | this tree rec/s | "
+            f"{args.against} rec/s | this / {args.against} | noise |"
+        )
         print("|---|---|---:|---|---:|---:|---:|---:|")
         for agg in (Count, Sum):
             for disorder in (0.0, 0.1):
@@ -163,14 +171,17 @@ def compare(args: argparse.Namespace) -> None:
                         for r in range(args.rounds):
                             order_ = list(engines) if r % 2 == 0 else list(engines)[::-1]
                             for name in order_:
-                                rates[name].append(run(path, agg, td, td, recs, args.batch, args.seconds,
-                                                       engines[name])[0])
+                                rates[name].append(
+                                    run(path, agg, td, td, recs, args.batch, args.seconds, engines[name])[0]
+                                )
                         best = {name: max(v) for name, v in rates.items()}
                         noise = max((max(v) - min(v)) / max(v) for v in rates.values())
                         order = "in-order" if not disorder else "10% ooo"
-                        print(f"| {agg.name} | {order} | {per_window} | {path} | {best['this']:,.0f} | "
-                              f"{best['against']:,.0f} | {best['this'] / best['against']:.2f} | {noise:.0%} |",
-                              flush=True)
+                        print(
+                            f"| {agg.name} | {order} | {per_window} | {path} | {best['this']:,.0f} | "
+                            f"{best['against']:,.0f} | {best['this'] / best['against']:.2f} | {noise:.0%} |",
+                            flush=True,
+                        )
                     del recs
                     gc.unfreeze()
     finally:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 __all__ = ["TopicSpec", "ensure_topics", "partition_counts", "end_offsets", "AdminError"]
 
@@ -33,7 +36,7 @@ class _DebugLog:
         logger.debug(fmt, *args)
 
 
-def _admin(config: Mapping[str, str]):
+def _admin(config: Mapping[str, str]) -> AdminClient:
     from confluent_kafka.admin import AdminClient
 
     settings: dict[str, Any] = {"logger": _DebugLog(), **dict(config)}  # librdkafka also takes a logger
@@ -66,8 +69,12 @@ def ensure_topics(config: Mapping[str, str], specs: Sequence[TopicSpec], timeout
     if not missing:
         return []
     futures = admin.create_topics(
-        [NewTopic(s.name, num_partitions=s.partitions, replication_factor=s.replication_factor,
-                  config=dict(s.config)) for s in missing],
+        [
+            NewTopic(
+                s.name, num_partitions=s.partitions, replication_factor=s.replication_factor, config=dict(s.config)
+            )
+            for s in missing
+        ],
         operation_timeout=timeout,
     )
     created = []
@@ -97,7 +104,7 @@ def end_offsets(config: Mapping[str, str], topics: Sequence[str], timeout: float
             if tm is None or tm.error is not None:
                 continue
             for p in tm.partitions:
-                lo, hi = c.get_watermark_offsets(TopicPartition(t, p), timeout=timeout, cached=False)
+                _lo, hi = c.get_watermark_offsets(TopicPartition(t, p), timeout=timeout, cached=False)
                 out[(t, p)] = hi
         return out
     finally:

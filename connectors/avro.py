@@ -25,7 +25,7 @@ def split_wire(data: bytes) -> tuple[int, memoryview]:
     magic, schema_id = HEADER.unpack_from(data)
     if magic != MAGIC:
         raise WireFormatError(f"unknown magic byte {magic} (expected 0)")
-    return schema_id, memoryview(data)[HEADER.size:]
+    return schema_id, memoryview(data)[HEADER.size :]
 
 
 def frame(schema_id: int) -> bytes:

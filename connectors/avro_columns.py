@@ -145,7 +145,7 @@ def encode_rows(n: int, pieces: Sequence[Piece]) -> RowBlock:
     for p in pieces:
         w = p.data.shape[1]
         if w and p.data.shape[0] == 1 and p.lengths is None:
-            template[at:at + w] = p.data[0]
+            template[at : at + w] = p.data[0]
         elif w:
             name = f"f{len(names)}"
             names.append(name)

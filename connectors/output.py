@@ -61,8 +61,14 @@ __all__ = [
 
 #: Kafka Streams' dead-letter header names (KIP-1034, ``org.apache.kafka.streams.errors.internals.
 #: ExceptionHandlerUtils``): exception, message, stacktrace, topic, partition, offset
-KIP1034_HEADERS = ("__streams.errors.exception", "__streams.errors.message", "__streams.errors.stacktrace",
-                   "__streams.errors.topic", "__streams.errors.partition", "__streams.errors.offset")
+KIP1034_HEADERS = (
+    "__streams.errors.exception",
+    "__streams.errors.message",
+    "__streams.errors.stacktrace",
+    "__streams.errors.topic",
+    "__streams.errors.partition",
+    "__streams.errors.offset",
+)
 #: the exception class named in ``__streams.errors.exception`` for a record the decoder rejects: what Kafka
 #: Streams' deserialization handlers see for an undecodable record
 _DECODE_EXCEPTION = b"org.apache.kafka.common.errors.SerializationException"
@@ -72,8 +78,16 @@ def _text(v: Any) -> bytes:
     return str(v).encode("utf-8", "replace")
 
 
-def dead_letter_headers(reason: str, message: str, topic: str, partition: int, offset: int, timestamp: Any,
-                        exception: str = "", stacktrace: str = "") -> list[tuple[str, bytes]]:
+def dead_letter_headers(
+    reason: str,
+    message: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    timestamp: Any,
+    exception: str = "",
+    stacktrace: str = "",
+) -> list[tuple[str, bytes]]:
     """A dead letter's headers: ours (``error``, ``error.message``, ``topic``, ``partition``, ``offset``,
     ``timestamp``; ``timestamp`` empty when the record has none), then KIP-1034's. ``exception``: the class
     name of the exception that made it a dead letter (default: a decoding failure's); ``stacktrace``: its
@@ -96,11 +110,17 @@ def dead_letter_headers(reason: str, message: str, topic: str, partition: int, o
     headers += [(KIP1034_HEADERS[3], topic_b), (KIP1034_HEADERS[4], partition_b), (KIP1034_HEADERS[5], offset_b)]
     return headers
 
+
 KEY_FORMATS = ("avro", "json", "windowed", "string")
 VALUE_FORMATS = ("avro", "json")
 _START = struct.Struct(">q")
 
 _NUMBER = ["null", "long", "double"]
+
+#: the union branch a ``sum`` of integers beyond int64 is written in, exactly (issue 29.2): an Avro decimal of
+#: scale 0. Precision 38 holds every such sum: each summed integer is within int64 (the decoder dead-letters
+#: others as ``number-out-of-range``) and a window holds fewer than 2**63 records, so ``|sum| < 2**126 < 10**38``.
+EXACT_INT = {"type": "bytes", "logicalType": "decimal", "precision": 38, "scale": 0}
 
 
 def windowed_key(key: str, start: int) -> bytes:
@@ -128,7 +148,9 @@ def aggregate_types(spec: str) -> list[tuple[str, Any]]:
             t = ["null", "double"]
         elif kind == "collect":
             t = {"type": "array", "items": ["null", "long", "double", "string", "boolean"]}
-        else:  # sum, min, max, first, last: an integer stays an integer
+        elif kind == "sum":  # an integer sum stays an integer; beyond int64 it is the exact decimal
+            t = [*_NUMBER, EXACT_INT]
+        else:  # min, max, first, last: an integer stays an integer
             t = _NUMBER + (["string", "boolean"] if kind in ("first", "last", "min", "max") else [])
         out.append((name, t))
     return out
@@ -198,6 +220,8 @@ class ChangelogEncoder:
         self.spec = spec
         self._types = aggregate_types(spec.aggregations)
         self._names = [n for n, _ in self._types]
+        #: the aggregates whose Avro type holds integers beyond int64 exactly (``sum``: :data:`EXACT_INT`)
+        self._exact = frozenset(n for n, t in self._types if isinstance(t, list) and EXACT_INT in t)
         self._single = len(self._names) == 1
         self._key_schema = parse_schema(changelog_key_schema())
         self._value_schema = parse_schema(changelog_value_schema(spec.aggregations))
@@ -215,10 +239,11 @@ class ChangelogEncoder:
         if fmt == "windowed":
             return windowed_key(key, start)
         if fmt == "json":
-            return json.dumps({"key": key, "window_start": start, "window_end": end},
-                              separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+            return json.dumps(
+                {"key": key, "window_start": start, "window_end": end}, separators=(",", ":"), ensure_ascii=False
+            ).encode("utf-8")
         if fmt == "string":
-            return f"{key}|{start}|{end}".encode("utf-8")
+            return f"{key}|{start}|{end}".encode()
         buf = io.BytesIO()
         buf.write(self._key_frame)
         schemaless_writer(buf, self._key_schema, {"key": key, "window_start": start, "window_end": end})
@@ -238,7 +263,7 @@ class ChangelogEncoder:
             return json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=_json_default).encode("utf-8")
         buf = io.BytesIO()
         buf.write(self._value_frame)
-        schemaless_writer(buf, self._value_schema, _avro_safe(record))
+        schemaless_writer(buf, self._value_schema, _avro_safe(record, self._exact))
         return buf.getvalue()
 
     def encode(self, updates: Sequence[Any], emit_time: int) -> tuple[Sequence[bytes], Sequence[bytes]]:
@@ -275,8 +300,7 @@ class ChangelogEncoder:
                 # the pieces both the Avro key and the Avro value begin with: key, window start, window end
                 window = [key_piece, avro_columns.longs(start), avro_columns.longs(end)]
                 if self.spec.key_format == "avro":
-                    avro_keys = avro_columns.encode_rows(len(start), [avro_columns.constant(self._key_frame),
-                                                                      *window])
+                    avro_keys = avro_columns.encode_rows(len(start), [avro_columns.constant(self._key_frame), *window])
                 if self.spec.value_format == "avro":
                     avro_values = self._avro_values(cols, window, emit_time)
         if avro_keys is not None and avro_values is not None:
@@ -296,7 +320,7 @@ class ChangelogEncoder:
         elif kfmt == "json":
             out_keys = _encode_rows('{"key":%s,"window_start":%d,"window_end":%d}', zip(jk, starts, ends))
         elif kfmt == "string":
-            out_keys = [f"{k}|{s}|{e}".encode("utf-8") for k, s, e in zip(keys, starts, ends)]
+            out_keys = [f"{k}|{s}|{e}".encode() for k, s, e in zip(keys, starts, ends)]
         elif avro_keys is not None:
             out_keys = avro_keys
         else:
@@ -313,8 +337,10 @@ class ChangelogEncoder:
                     specs.append("%s")
                     agg_cols.append(_json_value_bytes(_tolist(col)))
             aggregates = ",".join(json.dumps(n).replace("%", "%%") + ":" + spec for n, spec in zip(self._names, specs))
-            template = ('{"key":%s,"window_start":%d,"window_end":%d,"record_count":%d,"max_timestamp":%d,'
-                        f'"emit_time":{int(emit_time)},"aggregates":{{{aggregates}}}}}')
+            template = (
+                '{"key":%s,"window_start":%d,"window_end":%d,"record_count":%d,"max_timestamp":%d,'
+                f'"emit_time":{int(emit_time)},"aggregates":{{{aggregates}}}}}'
+            )
             out_values = _encode_rows(template, zip(jk, starts, ends, counts, tss, *agg_cols))
         elif avro_values is not None:
             out_values = avro_values
@@ -332,8 +358,9 @@ class ChangelogEncoder:
         return out_keys, out_values
 
     @staticmethod
-    def _avro_key_piece(keys: Sequence[Any], table: Sequence[Any] | None = None,
-                        ids: Any = None) -> avro_columns.Piece | None:
+    def _avro_key_piece(
+        keys: Sequence[Any], table: Sequence[Any] | None = None, ids: Any = None
+    ) -> avro_columns.Piece | None:
         try:
             if table is not None and ids is not None:  # the distinct keys and each row's index into them
                 return avro_columns.strings(table, np.asarray(ids, np.int64))
@@ -341,8 +368,7 @@ class ChangelogEncoder:
         except (TypeError, UnicodeError):
             return None
 
-    def _avro_values(self, cols: dict[str, Any], window: list[avro_columns.Piece],
-                     emit_time: int) -> RowBlock | None:
+    def _avro_values(self, cols: dict[str, Any], window: list[avro_columns.Piece], emit_time: int) -> RowBlock | None:
         """Avro values of all rows at once (:mod:`connectors.avro_columns`) after the ``window`` pieces (key,
         start, end): integer columns as longs, float columns as doubles, each aggregate in the union branch
         fastavro would pick for it. ``None`` when a column does not fit (the caller then encodes row by row
@@ -350,8 +376,13 @@ class ChangelogEncoder:
         count, ts = _int64(cols["count"]), _int64(cols["ts"])
         if count is None or ts is None:
             return None
-        pieces = [avro_columns.constant(self._value_frame), *window, avro_columns.longs(count),
-                  avro_columns.longs(ts), avro_columns.constant(avro_columns.zigzag_varint(int(emit_time)))]
+        pieces = [
+            avro_columns.constant(self._value_frame),
+            *window,
+            avro_columns.longs(count),
+            avro_columns.longs(ts),
+            avro_columns.constant(avro_columns.zigzag_varint(int(emit_time))),
+        ]
         for name, avro_type in self._types:
             field = _avro_field(avro_type, cols["values"][name])
             if field is None:
@@ -383,7 +414,7 @@ def _avro_field(avro_type: Any, col: Any) -> list[avro_columns.Piece] | None:
 def _int64(col: Any) -> np.ndarray | None:
     """``col`` as int64 when every value is an integer within int64 (not a bool); else ``None``."""
     dtype = getattr(col, "dtype", None)
-    if dtype is not None and dtype != object:
+    if dtype is not None and dtype.kind != "O":
         if dtype.kind == "i" or (dtype.kind == "u" and (not len(col) or int(col.max()) < 2**63)):
             return col.astype(np.int64, copy=False)
         return None
@@ -398,7 +429,7 @@ def _int64(col: Any) -> np.ndarray | None:
 def _float64(col: Any) -> np.ndarray | None:
     """``col`` as float64 when every value is a float; else ``None``."""
     dtype = getattr(col, "dtype", None)
-    if dtype is not None and dtype != object:
+    if dtype is not None and dtype.kind != "O":
         return col.astype(np.float64, copy=False) if dtype.kind == "f" else None
     if not all(type(v) is float for v in col):
         return None
@@ -416,8 +447,8 @@ def _encode_rows(template: str, rows: Any) -> list[bytes]:
 def _all_ints(col: Any) -> bool:
     """Whether every value is an integer (not a bool): an integer numpy column, or a list of Python ints."""
     dtype = getattr(col, "dtype", None)
-    if dtype is not None and dtype != object:
-        return dtype.kind in "iu"
+    if dtype is not None and dtype.kind != "O":
+        return dtype.kind in "iu" and col.ndim == 1  # a 2-d array is a column of lists (collect), not of ints
     return all(type(v) is int for v in col)
 
 
@@ -461,11 +492,30 @@ def _json_default(o: Any) -> Any:
     return str(o)
 
 
-def _avro_safe(record: dict[str, Any]) -> dict[str, Any]:
-    """Decimals become doubles (the aggregate types are long/double)."""
-    aggs = record["aggregates"]
+def _avro_safe(record: dict[str, Any], exact: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Decimals become doubles (the aggregate types hold long/double); in the ``exact`` aggregates (``sum``)
+    integers beyond int64 (issue 29.2) become exact ``Decimal`` so that fastavro writes them in the decimal
+    branch (:data:`EXACT_INT`) - given the int, it would pick ``double`` and round it silently. (Other
+    aggregates never hold such an integer from the service's input: the decoder dead-letters it.)"""
     import decimal
 
-    if any(isinstance(v, decimal.Decimal) for v in aggs.values()):
-        record["aggregates"] = {k: float(v) if isinstance(v, decimal.Decimal) else v for k, v in aggs.items()}
+    aggs = record["aggregates"]
+    if any(
+        isinstance(v, decimal.Decimal) or (k in exact and type(v) is int and not _INT64_MIN <= v <= _INT64_MAX)
+        for k, v in aggs.items()
+    ):
+        record["aggregates"] = {k: _avro_number(v, k in exact) for k, v in aggs.items()}
     return record
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _avro_number(v: Any, exact: bool) -> Any:
+    import decimal
+
+    if isinstance(v, decimal.Decimal):
+        return float(v)
+    if exact and type(v) is int and not _INT64_MIN <= v <= _INT64_MAX:
+        return decimal.Decimal(v)
+    return v

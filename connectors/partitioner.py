@@ -50,14 +50,14 @@ def _murmur2_of_one_length(mat: np.ndarray) -> np.ndarray:
     h = np.full(n, (_SEED ^ length) & 0xFFFFFFFF, np.uint32)
     words = length // 4
     if words:
-        w = np.ascontiguousarray(mat[:, :words * 4]).view("<u4")
+        w = np.ascontiguousarray(mat[:, : words * 4]).view("<u4")
         for i in range(words):
             k = w[:, i] * _M
             k ^= k >> np.uint32(24)
             k *= _M
             h *= _M
             h ^= k
-    tail = mat[:, words * 4:].astype(np.uint32)
+    tail = mat[:, words * 4 :].astype(np.uint32)
     if tail.shape[1]:
         for i in range(tail.shape[1] - 1, -1, -1):
             h ^= tail[:, i] << np.uint32(8 * i)
@@ -82,4 +82,4 @@ def rows_by_partition(part: np.ndarray, count: int) -> list[tuple[int, np.ndarra
         return [(q, rows) for q, rows in groups if len(rows)]
     order = np.argsort(part, kind="stable")
     bounds = np.searchsorted(part[order], np.arange(count + 1)).tolist()
-    return [(q, order[bounds[q]:bounds[q + 1]]) for q in range(count) if bounds[q + 1] > bounds[q]]
+    return [(q, order[bounds[q] : bounds[q + 1]]) for q in range(count) if bounds[q + 1] > bounds[q]]

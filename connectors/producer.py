@@ -28,8 +28,16 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["PRODUCER_DEFAULTS", "DIRECT_PRODUCER_SETTINGS", "DeliveryError", "OutputProducer", "producer_config",
-           "producer_for", "close_producers", "check_producer_config"]
+__all__ = [
+    "PRODUCER_DEFAULTS",
+    "DIRECT_PRODUCER_SETTINGS",
+    "DeliveryError",
+    "OutputProducer",
+    "producer_config",
+    "producer_for",
+    "close_producers",
+    "check_producer_config",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +67,12 @@ class DeliveryError(RuntimeError):
 
 def producer_config(bootstrap_servers: str, kafka_options: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
     """The direct producer's librdkafka settings: defaults < direct settings < bootstrap servers + options."""
-    return {**PRODUCER_DEFAULTS, **DIRECT_PRODUCER_SETTINGS, "bootstrap.servers": bootstrap_servers,
-            **dict(kafka_options)}
+    return {
+        **PRODUCER_DEFAULTS,
+        **DIRECT_PRODUCER_SETTINGS,
+        "bootstrap.servers": bootstrap_servers,
+        **dict(kafka_options),
+    }
 
 
 def check_producer_config(config: Mapping[str, str]) -> None:
@@ -99,8 +111,9 @@ class OutputProducer:
 
             with self._lock:
                 if self._producer is None:
-                    self._producer = Producer({**self._config, "on_delivery": self._on_delivery,
-                                               "error_cb": self._on_error})
+                    self._producer = Producer(
+                        {**self._config, "on_delivery": self._on_delivery, "error_cb": self._on_error}
+                    )
         return self._producer
 
     def _batcher(self) -> Any:
@@ -129,16 +142,26 @@ class OutputProducer:
     def _on_error(self, err: Any) -> None:
         logger.warning("Kafka producer: %s", err)
 
-    def write(self, topics: Sequence[str], keys: Sequence[bytes | None], values: Sequence[bytes | None],
-              headers: Sequence[Sequence[tuple[str, bytes]] | None]) -> int:
+    def write(
+        self,
+        topics: Sequence[str],
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        headers: Sequence[Sequence[tuple[str, bytes]] | None],
+    ) -> int:
         """Produce the rows (in order) and wait until Kafka acknowledged all of them; returns how many.
 
         Raises :class:`DeliveryError` when any record was not delivered."""
         self.send(topics, keys, values, headers)
         return self.wait()
 
-    def send(self, topics: Sequence[str], keys: Sequence[bytes | None], values: Sequence[bytes | None],
-             headers: Sequence[Sequence[tuple[str, bytes]] | None]) -> None:
+    def send(
+        self,
+        topics: Sequence[str],
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        headers: Sequence[Sequence[tuple[str, bytes]] | None],
+    ) -> None:
         """Hand the rows (in order) to the producer without waiting for acknowledgements (see :meth:`wait`):
         librdkafka's threads send them while the caller goes on (e.g. writes its state)."""
         mine = self._batch()
@@ -203,8 +226,10 @@ class OutputProducer:
         sent, first_error = mine
         failed = self._failed - first_error
         if failed:
-            raise DeliveryError(f"{failed} output records were not delivered while this batch's {sent} were in "
-                                f"flight, e.g. {self._last_error}")
+            raise DeliveryError(
+                f"{failed} output records were not delivered while this batch's {sent} were in "
+                f"flight, e.g. {self._last_error}"
+            )
         return sent
 
     def close(self) -> None:

@@ -60,35 +60,59 @@ _DEFAULT_QUEUE_MESSAGES = 100_000  # librdkafka's queue.buffering.max.messages
 class _Message(ctypes.Structure):
     """librdkafka's public ``rd_kafka_message_t`` (rdkafka.h)."""
 
-    _fields_ = [("err", ctypes.c_int), ("rkt", ctypes.c_void_p), ("partition", ctypes.c_int32),
-                ("payload", ctypes.c_void_p), ("len", ctypes.c_size_t), ("key", ctypes.c_void_p),
-                ("key_len", ctypes.c_size_t), ("offset", ctypes.c_int64), ("_private", ctypes.c_void_p)]
+    _fields_ = [
+        ("err", ctypes.c_int),
+        ("rkt", ctypes.c_void_p),
+        ("partition", ctypes.c_int32),
+        ("payload", ctypes.c_void_p),
+        ("len", ctypes.c_size_t),
+        ("key", ctypes.c_void_p),
+        ("key_len", ctypes.c_size_t),
+        ("offset", ctypes.c_int64),
+        ("_private", ctypes.c_void_p),
+    ]
 
 
-_NUMPY_TYPES = {ctypes.c_int: np.intc, ctypes.c_void_p: np.uintp, ctypes.c_int32: np.int32,
-                ctypes.c_size_t: np.uintp, ctypes.c_int64: np.int64}
+_NUMPY_TYPES = {
+    ctypes.c_int: np.intc,
+    ctypes.c_void_p: np.uintp,
+    ctypes.c_int32: np.int32,
+    ctypes.c_size_t: np.uintp,
+    ctypes.c_int64: np.int64,
+}
 #: the same layout as a numpy record, so a whole array of messages is filled column by column
-MESSAGE_DTYPE = np.dtype({
-    "names": [name for name, _t in _Message._fields_],
-    "formats": [_NUMPY_TYPES[t] for _n, t in _Message._fields_],
-    "offsets": [getattr(_Message, name).offset for name, _t in _Message._fields_],
-    "itemsize": ctypes.sizeof(_Message),
-})
+MESSAGE_DTYPE = np.dtype(
+    {
+        "names": [f[0] for f in _Message._fields_],
+        "formats": [_NUMPY_TYPES[f[1]] for f in _Message._fields_],
+        "offsets": [getattr(_Message, f[0]).offset for f in _Message._fields_],
+        "itemsize": ctypes.sizeof(_Message),
+    }
+)
 
 
 class _MetadataTopic(ctypes.Structure):
     """librdkafka's ``rd_kafka_metadata_topic_t``."""
 
-    _fields_ = [("topic", ctypes.c_char_p), ("partition_cnt", ctypes.c_int), ("partitions", ctypes.c_void_p),
-                ("err", ctypes.c_int)]
+    _fields_ = [
+        ("topic", ctypes.c_char_p),
+        ("partition_cnt", ctypes.c_int),
+        ("partitions", ctypes.c_void_p),
+        ("err", ctypes.c_int),
+    ]
 
 
 class _Metadata(ctypes.Structure):
     """librdkafka's ``rd_kafka_metadata_t``."""
 
-    _fields_ = [("broker_cnt", ctypes.c_int), ("brokers", ctypes.c_void_p), ("topic_cnt", ctypes.c_int),
-                ("topics", ctypes.POINTER(_MetadataTopic)), ("orig_broker_id", ctypes.c_int32),
-                ("orig_broker_name", ctypes.c_char_p)]
+    _fields_ = [
+        ("broker_cnt", ctypes.c_int),
+        ("brokers", ctypes.c_void_p),
+        ("topic_cnt", ctypes.c_int),
+        ("topics", ctypes.POINTER(_MetadataTopic)),
+        ("orig_broker_id", ctypes.c_int32),
+        ("orig_broker_name", ctypes.c_char_p),
+    ]
 
 
 class BatchRefused(RuntimeError):
@@ -104,7 +128,8 @@ def library_path() -> str | None:
         return None
     pkg = Path(confluent_kafka.__file__).parent
     shipped = sorted(pkg.parent.glob("confluent_kafka.libs/librdkafka*.so*")) + sorted(
-        pkg.glob(".dylibs/librdkafka*.dylib"))
+        pkg.glob(".dylibs/librdkafka*.dylib")
+    )
     if shipped:
         return str(shipped[0])
     return ctypes.util.find_library("rdkafka")
@@ -258,7 +283,7 @@ class BatchProducer:
             if take <= 0:  # the queue is full: let librdkafka deliver some first
                 self.serve(10)
                 continue
-            chunk = msgs[at:at + take]
+            chunk = msgs[at : at + take]
             chunk["err"] = 0
             queued = lib.produce_batch(rkt, partition, _MSG_F_COPY, chunk.ctypes.data, take)
             if queued == take:
@@ -269,8 +294,10 @@ class BatchProducer:
             code = int(chunk["err"][first])
             if code != _ERR_QUEUE_FULL:
                 where = "" if partition == _PARTITION_UA else f" of partition {partition}"
-                raise BatchRefused(f"librdkafka refused output row {at + first} of {n}{where} for {topic}: "
-                                   f"{lib.err2str(code).decode(errors='replace')}")
+                raise BatchRefused(
+                    f"librdkafka refused output row {at + first} of {n}{where} for {topic}: "
+                    f"{lib.err2str(code).decode(errors='replace')}"
+                )
             # queued again from the first refused row: a later row that got in goes out twice, and the last copy
             # of every row still comes in the rows' order (a compacted topic keeps the right final value)
             at += first
@@ -286,8 +313,9 @@ class BatchProducer:
             return known[0]
         lib = self._lib
         md = ctypes.POINTER(_Metadata)()
-        err = lib.metadata(self._rk, 0, rkt if rkt is not None else self._topic(topic), ctypes.byref(md),
-                           METADATA_TIMEOUT_MS)
+        err = lib.metadata(
+            self._rk, 0, rkt if rkt is not None else self._topic(topic), ctypes.byref(md), METADATA_TIMEOUT_MS
+        )
         count = None
         if err == 0 and md:
             try:
@@ -319,10 +347,19 @@ class BatchProducer:
                         name = lib.topic_name(m.rkt).decode(errors="replace") if m.rkt else "?"
                         self._on_failure(count, f"{name}: {lib.err2str(m.err).decode(errors='replace')}")
                 elif kind == _EVENT_ERROR:
+                    self.on_error_event(ev)
                     logger.warning("Kafka producer: %s", (lib.event_error_string(ev) or b"").decode(errors="replace"))
             finally:
                 lib.event_destroy(ev)
             ev = lib.queue_poll(self._queue, 0)
+
+    def on_error_event(self, event: int) -> None:
+        """Called with each error event (an ``rd_kafka_event_t*``) :meth:`serve` handles; a subclass's hook."""
+
+    @property
+    def handle(self) -> int:
+        """The ``rd_kafka_t*`` (for a subclass's further librdkafka calls on the same producer)."""
+        return self._rk
 
     def pending(self) -> int:
         """Rows (and events) librdkafka still holds: not yet acknowledged, or failed and not yet served."""

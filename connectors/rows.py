@@ -79,7 +79,7 @@ class RowBlock(Sequence[bytes]):
             i += n
         if not 0 <= i < n:
             raise IndexError("row index out of range")
-        return self.data[int(self.ends[i - 1]) if i else 0:int(self.ends[i])]
+        return self.data[int(self.ends[i - 1]) if i else 0 : int(self.ends[i])]
 
     def tolist(self) -> list[bytes]:
         d = self.data

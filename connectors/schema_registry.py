@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from typing import Any
+from typing import Any, cast
 
 from fastavro import parse_schema
 
@@ -56,7 +56,8 @@ class SchemaRegistry:
         if schema.schema_type not in (None, "AVRO"):
             raise UnknownSchemaError(f"schema id {schema_id} is a {schema.schema_type} schema, not Avro")
         try:
-            parsed = parse_schema(json.loads(schema.schema_str))
+            # a schema without text (None) fails in json.loads: reported as invalid like any other
+            parsed = parse_schema(json.loads(cast(str, schema.schema_str)))
         except Exception as e:
             raise UnknownSchemaError(f"schema id {schema_id} is not a valid Avro schema: {e}") from None
         with self._lock:

@@ -92,8 +92,9 @@ _NUMBER_TYPES = (int, float, decimal.Decimal)
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _json_decoder = json.JSONDecoder()
 _decode_json_text = _json_decoder.decode  # what json.loads does with a str and no options
-_scan_json = _json_decoder.scan_once  # what that decode calls at the first non-whitespace character
-_json_whitespace = json.decoder.WHITESPACE.match
+# typeshed leaves out these two (CPython's json.decoder has them since 2.x)
+_scan_json = _json_decoder.scan_once  # type: ignore[attr-defined]  # what decode calls at the first non-whitespace
+_json_whitespace = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]
 
 
 def loads_json(data: bytes) -> Any:
@@ -148,7 +149,7 @@ class Decoded(NamedTuple):
     :meth:`of`), read by the processor, the batch's stats and its log entry."""
 
     #: each record's position in the task's input
-    index: list[int]
+    index: list[int]  # type: ignore[assignment]  # shadows tuple.index on purpose: the public field name
     keys: list[Any]
     #: the decoded values: the processor's fallbacks and drop reports get these very objects
     values: list[Any]
@@ -158,13 +159,18 @@ class Decoded(NamedTuple):
     fields: dict[str, list[Any]]
 
     @classmethod
-    def of(cls, records: Sequence[tuple[int, Any, Any, int]], fields: Sequence[str] = ()) -> "Decoded":
+    def of(cls, records: Sequence[tuple[int, Any, Any, int]], fields: Sequence[str] = ()) -> Decoded:
         """From the decoder's ``(index, key, value, ts)`` records; ``fields``: the value fields to take out."""
         if not records:
             return cls([], [], [], np.zeros(0, np.int64), {f: [] for f in fields})
         index, keys, values, ts = zip(*records)
-        return cls(list(index), list(keys), list(values), np.array(ts, np.int64),
-                   {f: list(map(operator.itemgetter(f), values)) for f in fields})
+        return cls(
+            list(index),
+            list(keys),
+            list(values),
+            np.array(ts, np.int64),
+            {f: list(map(operator.itemgetter(f), values)) for f in fields},
+        )
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -197,8 +203,10 @@ def check_number(name: str, v: Any) -> None:
     aggregates exactly: an int within int64, a finite float or Decimal (not a bool)."""
     if type(v) is int:
         if not INT64_MIN <= v <= INT64_MAX:
-            raise BadRecord("number-out-of-range", f"field {name!r} = {v} is outside the int64 range "
-                                                   f"[{INT64_MIN}, {INT64_MAX}]"[:300])
+            raise BadRecord(
+                "number-out-of-range",
+                f"field {name!r} = {v} is outside the int64 range [{INT64_MIN}, {INT64_MAX}]"[:300],
+            )
     elif isinstance(v, bool) or not isinstance(v, _NUMBER_TYPES):
         raise BadRecord("schema-mismatch", f"field {name!r} must be a number, got {v!r}"[:300])
     elif isinstance(v, int):  # an int subclass: the same range
@@ -231,7 +239,7 @@ class InputSpec:
     schema_registry_conf: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # TLS / basic auth
 
     @classmethod
-    def from_settings(cls, settings: Any) -> "InputSpec":
+    def from_settings(cls, settings: Any) -> InputSpec:
         return cls(
             format=settings.input_format,
             key_field=settings.key_field,
@@ -280,8 +288,9 @@ class InputDecoder:
         try:
             return decode_body(body, writer)
         except Exception as e:  # fastavro raises EOFError, ValueError, IndexError, UnicodeDecodeError, ...
-            raise BadRecord("undecodable-value", f"corrupt Avro body for schema id {schema_id}: "
-                                                 f"{type(e).__name__}: {e}") from None
+            raise BadRecord(
+                "undecodable-value", f"corrupt Avro body for schema id {schema_id}: {type(e).__name__}: {e}"
+            ) from None
 
     # ---------------------------------------------------------------------------------------------------- record
     def decode(self, key: bytes | None, value: bytes | None, timestamp_ms: int | None) -> tuple[str, Any, int]:
@@ -307,8 +316,10 @@ class InputDecoder:
             elif isinstance(k, int) and not isinstance(k, bool):
                 k = str(k)
             else:
-                raise BadRecord("undecodable-key", f"key field {spec.key_field!r} must be a string or integer, "
-                                                   f"got {type(k).__name__}")
+                raise BadRecord(
+                    "undecodable-key",
+                    f"key field {spec.key_field!r} must be a string or integer, got {type(k).__name__}",
+                )
         else:
             if key is None:
                 raise BadRecord("null-key", "the record has no key")
@@ -327,8 +338,11 @@ class InputDecoder:
                     t = t.replace(tzinfo=_dt.timezone.utc)
                 t = (t - _EPOCH) // _dt.timedelta(milliseconds=1)
             elif isinstance(t, bool) or not isinstance(t, int):
-                raise BadRecord("invalid-timestamp", f"timestamp field {spec.timestamp_field!r} must be an integer "
-                                                     f"number of epoch milliseconds, got {t!r}")
+                raise BadRecord(
+                    "invalid-timestamp",
+                    f"timestamp field {spec.timestamp_field!r} must be an integer "
+                    f"number of epoch milliseconds, got {t!r}",
+                )
         else:
             t = timestamp_ms
             if t is None:
@@ -337,8 +351,10 @@ class InputDecoder:
         if t < 0:
             raise BadRecord("invalid-timestamp", f"event time {t} is negative")
         if t > MAX_TIMESTAMP_MS:
-            raise BadRecord("timestamp-out-of-range", f"event time {t} ms is beyond 9999-12-31T23:59:59.999Z "
-                                                      f"({MAX_TIMESTAMP_MS})"[:300])
+            raise BadRecord(
+                "timestamp-out-of-range",
+                f"event time {t} ms is beyond 9999-12-31T23:59:59.999Z ({MAX_TIMESTAMP_MS})"[:300],
+            )
 
         # fields the aggregations read
         for name, numeric in spec.fields:
@@ -348,8 +364,10 @@ class InputDecoder:
             if numeric or type(v) in (int, float):
                 check_number(name, v)
             elif not (v is None or isinstance(v, (str, bool, int, float, decimal.Decimal))):
-                raise BadRecord("schema-mismatch", f"field {name!r} must be a string, number, boolean or null, "
-                                                   f"got {type(v).__name__}")
+                raise BadRecord(
+                    "schema-mismatch",
+                    f"field {name!r} must be a string, number, boolean or null, got {type(v).__name__}",
+                )
         return k, obj, t
 
     def decode_batch(
@@ -409,8 +427,11 @@ class InputDecoder:
         aggregated field's types as one set. Any batch with a bad record, and every Avro batch, takes
         :meth:`decode_batch` (record by record, with each bad record's reason)."""
         parsed = self._parsed(values)  # once: a batch the column check leaves goes on with the same objects
-        good = self._all_good_json(keys, timestamps, parsed, fields) \
-            if self.spec.format == "json" and _sizes_ok(values) else None
+        good = (
+            self._all_good_json(keys, timestamps, parsed, fields)
+            if self.spec.format == "json" and _sizes_ok(values)
+            else None
+        )
         if good is not None:
             self.missing_fields = {}
             return good, []
@@ -433,6 +454,7 @@ class InputDecoder:
         if set(map(type, objs)) != {dict}:
             return None
         spec = self.spec
+        ks: list[Any] | None
         if spec.key_field:
             ks = [o.get(spec.key_field) for o in objs]
             if set(map(type, ks)) != {str}:  # int keys become str on the record path: left to it
@@ -465,8 +487,13 @@ class InputDecoder:
                 if nums and not _exact_numbers([v for v in col if type(v) in nums], nums):
                     return None
             cols[name] = col
-        return Decoded(list(range(n)), ks, objs, ts,
-                       {f: cols[f] if f in cols else list(map(operator.itemgetter(f), objs)) for f in fields})
+        return Decoded(
+            list(range(n)),
+            ks,
+            objs,
+            ts,
+            {f: cols[f] if f in cols else list(map(operator.itemgetter(f), objs)) for f in fields},
+        )
 
 
 #: the JSON value types first/last/collect keep (what the changelog's Avro schema holds)
@@ -486,7 +513,7 @@ def _exact_numbers(col: list[Any], kinds: set[type]) -> bool:
             arr = np.array(col, dtype=np.float64)
         except OverflowError:  # an int too large for a float
             return False
-        if -_HALF_INT64 < arr.min() and arr.max() < _HALF_INT64:
+        if arr.min() > -_HALF_INT64 and arr.max() < _HALF_INT64:
             return True
         if not np.isfinite(arr).all():
             return False

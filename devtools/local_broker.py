@@ -24,12 +24,11 @@ CLI (used by ``make broker-start`` / ``make demo``; ``start`` leaves the broker 
     slidingwindow broker status [--data-dir var/kafka]
     slidingwindow broker stop [--data-dir var/kafka]
 
-(``python -m devtools.local_broker ...`` is the same.)
+(``python -m devtools.broker_cli ...`` is the same.)
 """
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import base64
 import json
@@ -39,14 +38,12 @@ import signal
 import socket
 import string
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from connectors import jars, versions
 from devtools import broker_jars
@@ -299,7 +296,7 @@ class LocalKafkaBroker:
             )
         finally:
             out.close()
-        logger.info("started Kafka %s pid %d on %s (data %s)", self._kafka_version(), self._proc.pid,
+        logger.info("started Kafka %s pid %d on %s (data %s)", self.kafka_version(), self._proc.pid,
                     self.bootstrap_servers, self.data_dir)  # fmt: skip
         state = BrokerState(
             pid=self._proc.pid,
@@ -308,7 +305,7 @@ class LocalKafkaBroker:
             controller_port=self.controller_port,
             bootstrap_servers=self.bootstrap_servers,
             data_dir=str(self.data_dir),
-            kafka_version=self._kafka_version(),
+            kafka_version=self.kafka_version(),
             started_at=time.time(),
         )
         state.save(self.data_dir)
@@ -350,7 +347,7 @@ class LocalKafkaBroker:
 
     # -- internals
 
-    def _kafka_version(self) -> str:
+    def kafka_version(self) -> str:
         return versions.jvm_versions().kafka
 
     def _jvm_options(self) -> list[str]:
@@ -467,98 +464,3 @@ def stop_broker(data_dir: str | os.PathLike[str] | None = None, timeout: float =
     _terminate(state.pid, timeout)
     (ddir / STATE_FILE).unlink(missing_ok=True)
     return True
-
-
-def main(argv: Sequence[str] | None = None, *, prog: str = "python -m devtools.local_broker") -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["start", "stop", "status", "run"],
-                        help="start (detached), stop, status, or run (foreground until Ctrl-C)")  # fmt: skip
-    parser.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"client port (default {DEFAULT_PORT}; 0 = free)"
-    )
-    parser.add_argument("--controller-port", type=int, default=None, help="controller port (default: a free port)")
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help=f"default {DEFAULT_DATA_DIR}")
-    parser.add_argument("--host", default=DEFAULT_HOST)
-    parser.add_argument("--timeout", type=float, default=DEFAULT_START_TIMEOUT_S, help="start/stop timeout, seconds")
-    parser.add_argument("--log-level", default="WARN", help="log4j2 level of <data-dir>/logs/server.log")
-    parser.add_argument("-q", "--quiet", action="store_true")
-    parser.add_argument(
-        "--sasl-ssl",
-        action="store_true",
-        help="the client listener is SASL_SSL (SCRAM-SHA-512) with ACLs enforced; a CA, the broker "
-        "and a client certificate are made in <data-dir>/tls, the users' passwords are in "
-        "<data-dir>/tls/*.password (devtools.secure_broker)",
-    )
-    parser.add_argument(
-        "--sasl-user",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="with --sasl-ssl: a SCRAM user besides 'admin' (repeatable; default: slidingwindow)",
-    )
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
-
-    if args.command == "status":
-        state = broker_status(args.data_dir)
-        if state is None:
-            print(f"not running (data dir {Path(args.data_dir).resolve()})")
-            return 1
-        from devtools.secure_broker import dev_admin_config  # a --sasl-ssl broker: ask as its admin
-
-        ok = metadata_ready(state.bootstrap_servers, timeout=5.0, client_config=dev_admin_config(Path(state.data_dir)))
-        print(f"{'running' if ok else 'not answering'}: pid {state.pid}, bootstrap {state.bootstrap_servers}, "
-              f"Kafka {state.kafka_version}, data {state.data_dir}")  # fmt: skip
-        return 0 if ok else 1
-    if args.command == "stop":
-        stopped = stop_broker(args.data_dir, timeout=args.timeout if args.timeout else DEFAULT_STOP_TIMEOUT_S)
-        print("stopped" if stopped else "not running")
-        return 0
-
-    running = broker_status(args.data_dir)
-    if running is not None:
-        print(f"already running: pid {running.pid}, bootstrap {running.bootstrap_servers}")
-        return 0 if args.command == "start" else 1
-    common: dict[str, Any] = {
-        "controller_port": args.controller_port,
-        "host": args.host,
-        "log_level": args.log_level,
-        "detach": args.command == "start",
-    }
-    if args.sasl_ssl:
-        from devtools.secure_broker import dev_sasl_ssl_broker
-
-        broker = dev_sasl_ssl_broker(
-            Path(args.data_dir), args.port or None, args.sasl_user or ["slidingwindow"], **common
-        )
-    else:
-        broker = LocalKafkaBroker(args.port or None, data_dir=args.data_dir, **common)
-    try:
-        broker.start(timeout=args.timeout)
-    except (BrokerError, jars.JarResolutionError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"Kafka {broker._kafka_version()} running: pid {broker.pid}, bootstrap {broker.bootstrap_servers}, "
-          f"ready in {broker.startup_seconds:.1f}s, logs {broker.log_file}")  # fmt: skip
-    if args.sasl_ssl:
-        tls = Path(args.data_dir).resolve() / "tls"
-        print(
-            f"SASL_SSL, SCRAM-SHA-512, ACLs enforced (super user admin): CA {tls / 'ca.pem'}, passwords "
-            f"{tls}/<user>.password, client certificate {tls / 'client.pem'} + {tls / 'client.key'}"
-        )
-    if args.command == "start":
-        return 0
-    # `run`: stop the broker on Ctrl-C and on SIGTERM (a service manager, `kill`).
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    try:
-        while broker.is_running():
-            time.sleep(1.0)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        broker.stop()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -214,12 +214,18 @@ def client_config(
 
 
 def service_acls(
-    principal: str, input_topics: Iterable[str], output_topics: Iterable[str], create_topics: bool = True
+    principal: str,
+    input_topics: Iterable[str],
+    output_topics: Iterable[str],
+    create_topics: bool = True,
+    app_name: str = "slidingwindow",
 ) -> list[Any]:
     """The ACLs the service needs, nothing more: read the input topics (Spark's source and the lag probe),
     write the output topics (both sinks; idempotent producers need only WRITE on a topic since Kafka 3.0) and
-    create them when ``create_topics``; read with Spark's generated consumer groups (``spark-kafka-source-*``)
-    and the lag probe's group."""
+    create them when ``create_topics``; read with Spark's generated consumer groups (``spark-kafka-source-*``),
+    the lag probe's group and the group ``app_name`` (the input offsets committed after each micro-batch, or in
+    the transaction with ``processing_guarantee=exactly_once``); write with the transactional ids
+    ``<app_name>-<topic>-<partition>`` (exactly_once)."""
     from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 
     p = f"User:{principal}"
@@ -237,6 +243,8 @@ def service_acls(
             out.append(b(ResourceType.TOPIC, t, AclOperation.CREATE))
     out.append(b(ResourceType.GROUP, "spark-kafka-source-", AclOperation.READ, ResourcePatternType.PREFIXED))
     out.append(b(ResourceType.GROUP, "slidingwindow-lag-probe", AclOperation.READ))
+    out.append(b(ResourceType.GROUP, app_name, AclOperation.READ))
+    out.append(b(ResourceType.TRANSACTIONAL_ID, f"{app_name}-", AclOperation.WRITE, ResourcePatternType.PREFIXED))
     return out
 
 

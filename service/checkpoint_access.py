@@ -33,7 +33,9 @@ def checkpoint_dir_problem(checkpoint_dir: str) -> str | None:
             pass
     except OSError as e:
         where = path if path.exists() else next((p for p in path.parents if p.exists()), path)
-        return (f"the checkpoint folder {path} is not writable by this process (uid {uid}; {where}: {_owner(where)}; "
-                f"{e.strerror or e}): make it writable for uid {uid} (e.g. chown -R {uid} on the host folder) or "
-                f"run as its owner (docker run --user), setting checkpoint_dir / SLIDINGWINDOW_CHECKPOINT_DIR")
+        return (
+            f"the checkpoint folder {path} is not writable by this process (uid {uid}; {where}: {_owner(where)}; "
+            f"{e.strerror or e}): make it writable for uid {uid} (e.g. chown -R {uid} on the host folder) or "
+            f"run as its owner (docker run --user), setting checkpoint_dir / SLIDINGWINDOW_CHECKPOINT_DIR"
+        )
     return None

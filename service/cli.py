@@ -19,7 +19,7 @@ def build_parser(prog: str = "python -m service") -> argparse.ArgumentParser:
         prog=prog,
         allow_abbrev=False,
         description="Sliding-window aggregation (Kafka Streams SlidingWindows semantics) on Spark Structured "
-                    "Streaming: Kafka in, changelog out.",
+        "Streaming: Kafka in, changelog out.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = sub.add_parser(
@@ -27,7 +27,7 @@ def build_parser(prog: str = "python -m service") -> argparse.ArgumentParser:
         allow_abbrev=False,
         help="run the streaming service until interrupted",
         description="Run the streaming service. Every setting is a flag or an environment variable "
-                    "SLIDINGWINDOW_<NAME>; a flag wins over the variable. Durations: 1500ms, 10s, 5m, 1h or ms.",
+        "SLIDINGWINDOW_<NAME>; a flag wins over the variable. Durations: 1500ms, 10s, 5m, 1h or ms.",
     )
     add_arguments(run)
     check = sub.add_parser("check-settings", allow_abbrev=False, help="validate the settings and print them")
@@ -36,8 +36,9 @@ def build_parser(prog: str = "python -m service") -> argparse.ArgumentParser:
 
 
 def _configure_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level, logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, level, logging.INFO), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     for noisy in ("py4j", "py4j.clientserver", "urllib3", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

@@ -8,11 +8,11 @@ own ``/metrics`` and exits 0 only when the query has reported progress recently:
                              last_progress_timestamp_seconds
                                                    |<-- age -->|   healthy iff 0 < last <= now and age <= max age
 
-``slidingwindow_last_progress_timestamp_seconds`` is set on every micro-batch (with or without data) and on every
-idle event Spark's listener reports (an idle query reports one every ``spark.sql.streaming.noDataProgressEventInterval``,
-10 s), so a running query refreshes it at least every few seconds whether input arrives or not. It stays 0 until the
-first micro-batch ends: a container whose query has not started yet (Kafka unreachable, checkpoint unreadable) is
-unhealthy after the start period, and so is one stuck inside a micro-batch for longer than the maximum age.
+``slidingwindow_last_progress_timestamp_seconds`` is set on every micro-batch (with or without data) and on every idle
+event Spark's listener reports (an idle query reports one every ``spark.sql.streaming.noDataProgressEventInterval``, 10
+s), so a running query refreshes it at least every few seconds whether input arrives or not. It stays 0 until the first
+micro-batch ends: a container whose query has not started yet (Kafka unreachable, checkpoint unreadable) is unhealthy
+after the start period, and so is one stuck inside a micro-batch for longer than the maximum age.
 
 Settings (environment): ``SLIDINGWINDOW_METRICS_PORT`` (9108), ``SLIDINGWINDOW_HEALTH_MAX_AGE`` (seconds, 120: longer
 than a long micro-batch; the alert ``SlidingWindowNoProgress`` waits 10 minutes). Exit 0 healthy, 1 unhealthy, with

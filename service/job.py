@@ -3,7 +3,8 @@
 Plan (one streaming query)::
 
     kafka source (topic, partition, offset, key, value, timestamp)
-      -> groupBy(topic, partition[, slot]).transformWithStateInPandas(WindowTaskProcessor)   one task = one input partition
+      -> groupBy(topic, partition[, slot]).transformWithStateInPandas(WindowTaskProcessor)
+           one task = one input partition
            state: ValueState "task" (task meta: stream time, emit progress, expiry index; cache token; buckets)
                   MapState  "buckets" (bucket -> {aggregation key: that key's windows as one blob}, written
                             every state_snapshot_every-th batch; negative: the batches since and the
@@ -34,16 +35,33 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from connectors.producer import PRODUCER_DEFAULTS, producer_config, producer_for
 from service import owners
 from service.processing import STATS_FIELDS, TaskConfig, TaskOutput, TaskRunner, TaskState, process_task_batch
 from service.spool import spool_id
 
-__all__ = ["OUTPUT_SCHEMA", "WindowTaskProcessor", "task_config", "build_spark", "checkpoint_file_conf",
-           "python_worker_conf", "source_frame", "windowed_frame", "sink_frame", "start_query", "observed_columns"]
+if TYPE_CHECKING:  # pyspark and pandas are imported where they run, so that this module loads without them
+    import pandas as pd
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.types import StructType
+
+__all__ = [
+    "OUTPUT_SCHEMA",
+    "WindowTaskProcessor",
+    "task_config",
+    "build_spark",
+    "checkpoint_file_conf",
+    "python_worker_conf",
+    "source_frame",
+    "windowed_frame",
+    "sink_frame",
+    "start_query",
+    "observed_columns",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +114,10 @@ def task_config(settings: Any, key_schema_id: int | None = None, value_schema_id
         batch_produce=settings.batch_produce,
         processing_exception_handler=settings.processing_exception_handler,
         producer=tuple(sorted(producer_config(settings.bootstrap_servers, settings.rdkafka_options()).items()))
-        if settings.sink == "direct" else (),
+        if settings.sink == "direct"
+        else (),
+        processing_guarantee=settings.processing_guarantee,
+        application_id=settings.app_name,
     )
 
 
@@ -142,20 +163,25 @@ class _SparkTaskState(TaskState):
         self._buckets.removeKey((bucket,))
 
 
-def _state_schemas():  # -> tuple[StructType, StructType, StructType]
+def _state_schemas() -> tuple[StructType, StructType, StructType]:
     """The processor's state schemas: the task record (ValueState "task"), the bucket key and the bucket blob
     (MapState "buckets")."""
     from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
 
     return (
-        StructType([StructField("meta", BinaryType()), StructField("token", StringType()),
-                    StructField("buckets", IntegerType())]),
+        StructType(
+            [
+                StructField("meta", BinaryType()),
+                StructField("token", StringType()),
+                StructField("buckets", IntegerType()),
+            ]
+        ),
         StructType([StructField("b", IntegerType())]),
         StructType([StructField("data", BinaryType())]),
     )
 
 
-class WindowTaskProcessor(_StatefulProcessorBase):  # type: ignore[misc,valid-type]
+class WindowTaskProcessor(_StatefulProcessorBase):
     """``transformWithStateInPandas`` processor: one grouping key = one input partition (topic, partition)."""
 
     def __init__(self, config: TaskConfig) -> None:
@@ -187,18 +213,37 @@ class WindowTaskProcessor(_StatefulProcessorBase):  # type: ignore[misc,valid-ty
         s["task_forwarded"] = int(forwarded)
         if self.config.sink != "direct" and len(out):
             yield _rows_frame(out)
-        yield pd.DataFrame({"kind": ["stats"], "topic": [None], "key": [None], "value": [None], "headers": [None],
-                            "task_topic": [topic], "task_partition": [partition],
-                            "stats": [[int(s[name]) for name in STATS_FIELDS]]})
+        yield pd.DataFrame(
+            {
+                "kind": ["stats"],
+                "topic": [None],
+                "key": [None],
+                "value": [None],
+                "headers": [None],
+                "task_topic": [topic],
+                "task_partition": [partition],
+                "stats": [[int(s[name]) for name in STATS_FIELDS]],
+            }
+        )
 
     def close(self) -> None:
         pass
 
 
-def run_batch(config: TaskConfig, state: TaskState, topic: str, partition: int, offsets: list[int],
-              keys: list[Any], values: list[Any], timestamps: list[Any]) -> TaskOutput:
+def run_batch(
+    config: TaskConfig,
+    state: TaskState,
+    topic: str,
+    partition: int,
+    offsets: Sequence[int],
+    keys: Sequence[Any],
+    values: Sequence[Any],
+    timestamps: Sequence[Any],
+) -> TaskOutput:
     """One task batch in this Python worker (:func:`service.processing.process_task_batch`); with the direct
     sink its rows are produced here and acknowledged before it returns (a failure fails the batch)."""
+    if config.processing_guarantee == "exactly_once":
+        return run_batch_exactly_once(config, state, topic, partition, offsets, keys, values, timestamps)
     producer = producer_for(dict(config.producer), config.batch_produce) if config.sink == "direct" else None
 
     def send(o: TaskOutput) -> None:
@@ -206,7 +251,14 @@ def run_batch(config: TaskConfig, state: TaskState, topic: str, partition: int, 
         producer.send_rows(o.changelog_topic, o.changelog_keys, o.changelog_values)  # type: ignore[union-attr]
 
     out = process_task_batch(
-        _runner(config), state, topic, partition, offsets, keys, values, timestamps,
+        _runner(config),
+        state,
+        topic,
+        partition,
+        offsets,
+        keys,
+        values,
+        timestamps,
         # direct sink: the rows are handed to the producer before the state is written ...
         on_output=None if producer is None else send,
     )
@@ -218,7 +270,117 @@ def run_batch(config: TaskConfig, state: TaskState, topic: str, partition: int, 
     return out
 
 
-def _rows_frame(out: TaskOutput):  # -> pandas.DataFrame
+def run_batch_exactly_once(
+    config: TaskConfig,
+    state: TaskState,
+    topic: str,
+    partition: int,
+    offsets: Sequence[int],
+    keys: Sequence[Any],
+    values: Sequence[Any],
+    timestamps: Sequence[Any],
+) -> TaskOutput:
+    """One task batch in ONE Kafka transaction with its input offset (:mod:`connectors.transactions`).
+
+    The batch's end (last offset + 1) already committed to the group: the batch is a replay of one whose
+    transaction committed (a crash between that commit and Spark's checkpoint, or a retried task). It is
+    processed again - the state must be what it was - but produces nothing, and its counters are zeroed
+    (:data:`~service.processing.REPLAY_ZEROED`). Otherwise the rows go to the transaction as soon as they are
+    made (before the state is written), and the transaction commits after the state is written and before the
+    task completes: Spark commits the state only after that, so state and output never disagree for long - a
+    crash in between replays the batch, which then finds its offset committed. A fenced or aborted transaction
+    (the task ran elsewhere meanwhile, the broker restarted) is redone with a new producer, up to
+    ``ATTEMPTS`` times; then the batch fails and Spark replays it."""
+    from confluent_kafka import KafkaException
+
+    from connectors.transactions import ATTEMPTS, TransactionFailed, task_producer
+    from service.processing import REPLAY_ZEROED
+
+    txn = task_producer(dict(config.producer), config.application_id, topic, partition, config.batch_produce)
+    end = int(offsets[-1]) + 1
+    aborted = 0
+    committed: int | None = None
+    for attempt in range(ATTEMPTS):
+        try:
+            committed = txn.committed()
+            break
+        except KafkaException as e:
+            txn.recover(e)
+            if attempt == ATTEMPTS - 1:
+                raise TransactionFailed(
+                    f"cannot read the committed offset of {topic}-{partition} in group {config.application_id}: {e}"
+                ) from e
+    if committed is not None and committed >= end:
+        out = process_task_batch(_runner(config), state, topic, partition, offsets, keys, values, timestamps)
+        for name in REPLAY_ZEROED:
+            out.stats[name] = 0
+        out.stats["txn_skipped"] = 1
+        return out
+    if committed is not None and committed > int(offsets[0]):
+        logger.warning(
+            "the group %s committed %s-%d at %d, inside this batch's offsets %d..%d: its output is "
+            "written again (was the checkpoint replaced?)",
+            config.application_id,
+            topic,
+            partition,
+            committed,
+            offsets[0],
+            end - 1,
+        )
+
+    def send(o: TaskOutput) -> None:
+        txn.begin()
+        txn.send(o.topic, o.key, o.value, o.headers)
+        txn.send_rows(o.changelog_topic, o.changelog_keys, o.changelog_values)
+
+    failed: list[Exception] = []
+
+    def first_send(o: TaskOutput) -> None:
+        try:
+            send(o)
+        except KafkaException as e:  # redone below with a new producer
+            failed.append(e)
+            txn.recover(e)
+
+    out = process_task_batch(
+        _runner(config), state, topic, partition, offsets, keys, values, timestamps, on_output=first_send
+    )
+    t0 = time.perf_counter_ns()
+    for attempt in range(ATTEMPTS + 1):
+        try:
+            if failed:
+                aborted += 1
+                if attempt == ATTEMPTS:
+                    raise TransactionFailed(
+                        f"the transaction of {topic}-{partition} failed {ATTEMPTS} times: {failed[-1]}"
+                    ) from failed[-1]
+                logger.info("the transaction of %s-%d failed (%s); redoing it", topic, partition, failed[-1])
+                # fenced: someone else ran this task meanwhile - did it commit this very batch?
+                covered = txn.committed()
+                if covered is not None and covered >= end:
+                    for name in REPLAY_ZEROED:
+                        out.stats[name] = 0
+                    out.stats["txn_skipped"] = 1
+                    out.stats["txn_aborted"] = aborted
+                    return out
+                failed.clear()
+                send(out)
+            txn.commit(end)
+            break
+        except KafkaException as e:
+            failed.append(e)
+            txn.recover(e)
+    else:  # pragma: no cover - every path above breaks, returns or raises
+        raise TransactionFailed(f"the transaction of {topic}-{partition} did not commit")
+    s = out.stats
+    s["txn_commit_ns"] = time.perf_counter_ns() - t0
+    s["produce_ns"] += s["txn_commit_ns"]
+    s["txn_committed"] = 1
+    s["txn_aborted"] = aborted
+    return out
+
+
+def _rows_frame(out: TaskOutput) -> pd.DataFrame:
     """The output rows of a task batch as a frame of :data:`OUTPUT_SCHEMA` (for Spark's Kafka sink)."""
     import numpy as np
     import pandas as pd
@@ -241,7 +403,7 @@ def _rows_frame(out: TaskOutput):  # -> pandas.DataFrame
 
 
 # ------------------------------------------------------------------------------------------------ Spark wiring
-def build_spark(settings: Any, extra_conf: dict[str, str] | None = None):  # -> SparkSession
+def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> SparkSession:
     """A SparkSession with Spark's Kafka connector on the classpath and the RocksDB state store."""
     from pyspark.sql import SparkSession
 
@@ -254,8 +416,9 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None):  # -> 
         "spark.jars": spark_jars_conf(),
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(settings.state_partitions),
-        "spark.sql.streaming.stateStore.providerClass":
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.providerClass": (
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+        ),
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.adaptive.enabled": "false",
@@ -285,7 +448,8 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None):  # -> 
 #: (atomic on a local file system) after checking that the target does not exist, which takes a visible share of
 #: a small micro-batch's time off (figures: bench/RESULTS.md and its history).
 LOCAL_CHECKPOINT_FILE_MANAGER = (
-    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
 
 
 def checkpoint_file_conf(checkpoint_dir: str) -> dict[str, str]:
@@ -299,8 +463,10 @@ def checkpoint_file_conf(checkpoint_dir: str) -> dict[str, str]:
 
 #: the Python daemon and worker modules of ``fast_input`` (pyspark's daemon imports a worker module of its own
 #: only when the name starts with "pyspark", so the daemon is ours too)
-PYTHON_WORKER_MODULES = {"spark.python.daemon.module": "service.python_daemon",
-                         "spark.python.worker.module": "service.python_worker"}
+PYTHON_WORKER_MODULES = {
+    "spark.python.daemon.module": "service.python_daemon",
+    "spark.python.worker.module": "service.python_worker",
+}
 
 
 def python_worker_conf(fast_input: bool) -> dict[str, str]:
@@ -314,9 +480,7 @@ def _quiet_spark_logging() -> None:
     """Point the driver JVM at the project's log4j2 config (WARN, without the per-miss state-server WARN)."""
     cfg = os.path.join(os.path.dirname(__file__), "log4j2.properties")
     if os.path.exists(cfg) and "PYSPARK_SUBMIT_ARGS" not in os.environ:
-        os.environ["PYSPARK_SUBMIT_ARGS"] = (
-            f"--driver-java-options -Dlog4j2.configurationFile=file:{cfg} pyspark-shell"
-        )
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-java-options -Dlog4j2.configurationFile=file:{cfg} pyspark-shell"
 
 
 def _kafka_options(settings: Any) -> dict[str, str]:
@@ -330,7 +494,7 @@ def _kafka_options(settings: Any) -> dict[str, str]:
 TASK_SLOTS = 64
 
 
-def task_slot(state_partitions: int):  # -> Column
+def task_slot(state_partitions: int) -> Column:
     """The ``slot`` column that spreads tasks evenly over ``state_partitions``.
 
     Spark sends grouping key ``(topic, partition)`` to state partition ``pmod(hash(topic, partition), n)``:
@@ -356,8 +520,11 @@ def checkpoint_state_partitions(checkpoint_dir: str) -> int | None:
     from pathlib import Path
 
     offsets = Path(checkpoint_dir) / "offsets"
-    batches = sorted((p for p in offsets.glob("*") if p.name.isdigit()), key=lambda p: int(p.name)) \
-        if offsets.is_dir() else []
+    batches = (
+        sorted((p for p in offsets.glob("*") if p.name.isdigit()), key=lambda p: int(p.name))
+        if offsets.is_dir()
+        else []
+    )
     for path in reversed(batches):
         for line in path.read_text().splitlines():
             if line.startswith("{") and '"conf"' in line:
@@ -390,8 +557,9 @@ def checkpoint_balance_tasks(checkpoint_dir: str, balance_tasks: bool) -> bool:
         marker.write_text(json.dumps({"balance_tasks": balance_tasks}))
         return balance_tasks
     if recorded != balance_tasks:
-        logger.warning("balance_tasks=%s ignored: the checkpoint %s was created with %s", balance_tasks,
-                       checkpoint_dir, recorded)
+        logger.warning(
+            "balance_tasks=%s ignored: the checkpoint %s was created with %s", balance_tasks, checkpoint_dir, recorded
+        )
     return recorded
 
 
@@ -402,16 +570,21 @@ def checkpoint_balance_tasks(checkpoint_dir: str, balance_tasks: bool) -> bool:
 SOURCE_DEFAULTS = {"kafka.fetch.max.wait.ms": "10"}
 
 
-def source_frame(spark: Any, settings: Any):
+def source_frame(spark: Any, settings: Any) -> DataFrame:
     """The Kafka source as (topic, partition, offset, key, value, ts) with ts = record timestamp in epoch ms, plus
     ``slot`` (:func:`task_slot`) when ``balance_tasks`` is on."""
     from pyspark.sql import functions as F
 
     reader = spark.readStream.format("kafka").options(
-        **{**SOURCE_DEFAULTS, **_kafka_options(settings), **dict(settings.source_options)})
+        **{**SOURCE_DEFAULTS, **_kafka_options(settings), **dict(settings.source_options)}
+    )
     reader = reader.option("subscribe", ",".join(settings.input_topics))
     reader = reader.option("startingOffsets", settings.starting_offsets)
     reader = reader.option("failOnDataLoss", "true")
+    if getattr(settings, "processing_guarantee", "") == "exactly_once" and "kafka.isolation.level" not in dict(
+        settings.source_options
+    ):
+        reader = reader.option("kafka.isolation.level", "read_committed")  # upstream transactions: committed only
     if settings.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
     df = reader.load()
@@ -422,7 +595,7 @@ def source_frame(spark: Any, settings: Any):
     return df.select(*cols)
 
 
-def windowed_frame(source: Any, config: TaskConfig):
+def windowed_frame(source: Any, config: TaskConfig) -> DataFrame:
     """Apply the per-partition window processor; output rows per :data:`OUTPUT_SCHEMA`."""
     keys = ["topic", "partition"] + (["slot"] if "slot" in source.columns else [])
     return source.groupBy(*keys).transformWithStateInPandas(
@@ -433,14 +606,14 @@ def windowed_frame(source: Any, config: TaskConfig):
     )
 
 
-def _stat(name: str):  # -> Column
+def _stat(name: str) -> Column:
     """One counter of the ``stats`` column (null on output-record rows)."""
     from pyspark.sql import functions as F
 
     return F.col("stats").getItem(STATS_INDEX[name])
 
 
-def observed_columns():
+def observed_columns() -> list[Column]:
     from pyspark.sql import functions as F
 
     cols = [F.count(F.when(F.col("kind") == "stats", 1)).alias("task_batches")]
@@ -448,13 +621,23 @@ def observed_columns():
         agg = F.max if name in ("stream_time", "lateness_ms_max", "max_offset") else F.sum
         cols.append(F.coalesce(agg(_stat(name)), F.lit(0)).cast("long").alias(name))
     # per-task absolute values (one stats row per task: a short list) for the per-task gauges in service.metrics
-    cols.append(F.collect_list(F.when(F.col("kind") == "stats", F.struct(
-        F.col("task_topic").alias("topic"), F.col("task_partition").alias("partition"),
-        _stat("state_windows").alias("windows"), _stat("stream_time").alias("stream_time")))).alias("tasks"))
+    cols.append(
+        F.collect_list(
+            F.when(
+                F.col("kind") == "stats",
+                F.struct(
+                    F.col("task_topic").alias("topic"),
+                    F.col("task_partition").alias("partition"),
+                    _stat("state_windows").alias("windows"),
+                    _stat("stream_time").alias("stream_time"),
+                ),
+            )
+        ).alias("tasks")
+    )
     return cols
 
 
-def sink_frame(windowed: Any):
+def sink_frame(windowed: Any) -> DataFrame:
     """Observe the counters, drop the stats rows; the rest is what the Kafka sink writes."""
     from pyspark.sql import functions as F
 
@@ -462,7 +645,7 @@ def sink_frame(windowed: Any):
     return observed.where(F.col("kind") != "stats").select("topic", "key", "value", "headers")
 
 
-def start_query(spark: Any, settings: Any, config: TaskConfig, query_name: str = "slidingwindow"):
+def start_query(spark: Any, settings: Any, config: TaskConfig, query_name: str = "slidingwindow") -> StreamingQuery:
     """Start the streaming query (Kafka -> windows -> Kafka); returns the StreamingQuery.
 
     ``sink=spark``: the output rows go to Spark's Kafka sink. ``sink=direct``: the workers have produced them
@@ -471,14 +654,12 @@ def start_query(spark: Any, settings: Any, config: TaskConfig, query_name: str =
     if config.sink == "direct":
         writer = windowed.observe(OBSERVATION, *observed_columns()).writeStream.format("noop")
     else:
-        writer = sink_frame(windowed).writeStream.format("kafka").options(
-            **{**SINK_PRODUCER_DEFAULTS, **_kafka_options(settings)})
-    writer = (
-        writer
-        .option("checkpointLocation", settings.checkpoint_dir)
-        .queryName(query_name)
-        .outputMode("append")
-    )
+        writer = (
+            sink_frame(windowed)
+            .writeStream.format("kafka")
+            .options(**{**SINK_PRODUCER_DEFAULTS, **_kafka_options(settings)})
+        )
+    writer = writer.option("checkpointLocation", settings.checkpoint_dir).queryName(query_name).outputMode("append")
     if settings.trigger_interval_ms:
         writer = writer.trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")
     return writer.start()

@@ -27,8 +27,20 @@ from prometheus_client.utils import floatToGoString
 
 from connectors.serde import REASONS as SERDE_REASONS
 
-__all__ = ["REGISTRY", "METRICS", "record_progress", "record_idle", "serve", "set_build_info", "set_config_info",
-           "LagPoller", "BulkHistogram", "LATENESS_BUCKETS_MS", "LATENCY_BUCKETS_MS", "PREFIX"]
+__all__ = [
+    "REGISTRY",
+    "METRICS",
+    "record_progress",
+    "record_idle",
+    "serve",
+    "set_build_info",
+    "set_config_info",
+    "LagPoller",
+    "BulkHistogram",
+    "LATENESS_BUCKETS_MS",
+    "LATENCY_BUCKETS_MS",
+    "PREFIX",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +50,20 @@ PREFIX = P = "slidingwindow_"
 #: record lateness (stream time - record timestamp) bucket bounds, ms (workers count per bucket)
 LATENESS_BUCKETS_MS: tuple[int, ...] = (0, 10, 100, 500, 1_000, 5_000, 30_000, 60_000, 300_000, 3_600_000)
 #: end-to-end latency (emit time - record timestamp) bucket bounds, ms
-LATENCY_BUCKETS_MS: tuple[int, ...] = (50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000,
-                                       3_600_000)
+LATENCY_BUCKETS_MS: tuple[int, ...] = (
+    50,
+    100,
+    250,
+    500,
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    30_000,
+    60_000,
+    300_000,
+    3_600_000,
+)
 
 #: dead-letter reasons: the decoder's (:data:`connectors.serde.REASONS`) and a record whose processing raised
 #: (processing_exception_handler=continue)
@@ -57,8 +81,9 @@ def dead_letter_stat(reason: str) -> str:
 class BulkHistogram(Collector):
     """A histogram fed with bucket counts (observations made elsewhere, e.g. in Spark workers)."""
 
-    def __init__(self, name: str, documentation: str, bounds_seconds: Sequence[float],
-                 registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, name: str, documentation: str, bounds_seconds: Sequence[float], registry: CollectorRegistry | None = None
+    ) -> None:
         self._name = name
         self._doc = documentation
         self.bounds = tuple(float(b) for b in bounds_seconds)
@@ -87,96 +112,204 @@ class BulkHistogram(Collector):
     def collect(self) -> Iterable[HistogramMetricFamily]:
         counts, total = self.snapshot()
         buckets, acc = [], 0
-        for b, c in zip([*(floatToGoString(b) for b in self.bounds), "+Inf"], counts):
+        for b, c in zip([*(floatToGoString(b) for b in self.bounds), "+Inf"], counts, strict=True):
             acc += c
             buckets.append((b, acc))
         yield HistogramMetricFamily(self._name, self._doc, buckets=buckets, sum_value=total)
 
 
 # -------------------------------------------------------------------------------------------------- the metrics
-build_info = Gauge(P + "build_info", "Build information (always 1)", ["version", "pyspark", "python"],
-                   registry=REGISTRY)
-config_info = Gauge(P + "config_info", "The running configuration (always 1): emit mode, input and changelog format",
-                    ["mode", "input_format", "changelog_format"], registry=REGISTRY)
+build_info = Gauge(
+    P + "build_info", "Build information (always 1)", ["version", "pyspark", "python"], registry=REGISTRY
+)
+config_info = Gauge(
+    P + "config_info",
+    "The running configuration (always 1): emit mode, input and changelog format",
+    ["mode", "input_format", "changelog_format"],
+    registry=REGISTRY,
+)
 records_consumed = Counter(P + "records_consumed_total", "Input records read from Kafka", registry=REGISTRY)
 records_aggregated = Counter(P + "records_aggregated_total", "Input records accepted into windows", registry=REGISTRY)
-records_dropped = Counter(P + "records_dropped_total",
-                          "Input records not aggregated, by reason: late, or dead-lettered with the reason of its "
-                          "error header (undecodable-value, schema-mismatch, number-out-of-range, ..., "
-                          "processing-error)",
-                          ["reason"], registry=REGISTRY)
-records_dead_lettered = Counter(P + "records_dead_lettered_total", "Input records written to the dead-letter topic",
-                                registry=REGISTRY)
-records_produced = Counter(P + "records_produced_total", "Records written to output topics, by kind "
-                           "(changelog, late, dead_letter)", ["kind"], registry=REGISTRY)
+records_dropped = Counter(
+    P + "records_dropped_total",
+    "Input records not aggregated, by reason: late, or dead-lettered with the reason of its "
+    "error header (undecodable-value, schema-mismatch, number-out-of-range, ..., "
+    "processing-error)",
+    ["reason"],
+    registry=REGISTRY,
+)
+records_dead_lettered = Counter(
+    P + "records_dead_lettered_total", "Input records written to the dead-letter topic", registry=REGISTRY
+)
+records_produced = Counter(
+    P + "records_produced_total",
+    "Records written to output topics, by kind (changelog, late, dead_letter)",
+    ["kind"],
+    registry=REGISTRY,
+)
 windows_created = Counter(P + "windows_created_total", "Windows created", registry=REGISTRY)
 windows_updated = Counter(P + "windows_updated_total", "Existing windows updated", registry=REGISTRY)
 windows_expired = Counter(P + "windows_expired_total", "Windows removed by retention", registry=REGISTRY)
-windows_skipped = Counter(P + "skipped_windows_total", "Closed windows a partially-late record skipped (R13)",
-                          registry=REGISTRY)
-record_lateness = BulkHistogram(P + "record_lateness_seconds",
-                                "Record lateness: task stream time - record timestamp, per input record",
-                                [b / 1000 for b in LATENESS_BUCKETS_MS], registry=REGISTRY)
-e2e_latency = BulkHistogram(P + "end_to_end_latency_seconds",
-                            "Record timestamp to the emit time of the micro-batch that aggregated it",
-                            [b / 1000 for b in LATENCY_BUCKETS_MS], registry=REGISTRY)
-batch_duration = Histogram(P + "micro_batch_duration_seconds", "Micro-batch wall time",
-                           buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128), registry=REGISTRY)
+windows_skipped = Counter(
+    P + "skipped_windows_total", "Closed windows a partially-late record skipped (R13)", registry=REGISTRY
+)
+record_lateness = BulkHistogram(
+    P + "record_lateness_seconds",
+    "Record lateness: task stream time - record timestamp, per input record",
+    [b / 1000 for b in LATENESS_BUCKETS_MS],
+    registry=REGISTRY,
+)
+e2e_latency = BulkHistogram(
+    P + "end_to_end_latency_seconds",
+    "Record timestamp to the emit time of the micro-batch that aggregated it",
+    [b / 1000 for b in LATENCY_BUCKETS_MS],
+    registry=REGISTRY,
+)
+batch_duration = Histogram(
+    P + "micro_batch_duration_seconds",
+    "Micro-batch wall time",
+    buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128),
+    registry=REGISTRY,
+)
 batches = Counter(P + "micro_batches_total", "Micro-batches completed (with or without data)", registry=REGISTRY)
-last_progress = Gauge(P + "last_progress_timestamp_seconds", "Wall time of the last query progress or idle "
-                      "event (epoch s; 0: none yet)",
-                      registry=REGISTRY)
-stream_time = Gauge(P + "stream_time_seconds", "Largest stream time of all tasks this process has seen (event "
-                    "time, epoch seconds; never decreases)", registry=REGISTRY)
-processing_errors = Counter(P + "processing_errors_total", "Records whose processing raised (a bug, not bad "
-                            "input): dead-lettered with processing_exception_handler=continue", registry=REGISTRY)
-missing_field_records = Counter(P + "records_missing_field_total", "Records dead-lettered because they lack a "
-                                "field an aggregation reads (most of a batch: likely a typo in --aggregations; the "
-                                "worker log names the field)", registry=REGISTRY)
-partition_stream_time = Gauge(P + "partition_stream_time_seconds", "Stream time of each input partition's task "
-                              "(event time, epoch seconds; windows close by it)", ["topic", "partition"],
-                              registry=REGISTRY)
+last_progress = Gauge(
+    P + "last_progress_timestamp_seconds",
+    "Wall time of the last query progress or idle event (epoch s; 0: none yet)",
+    registry=REGISTRY,
+)
+stream_time = Gauge(
+    P + "stream_time_seconds",
+    "Largest stream time of all tasks this process has seen (event time, epoch seconds; never decreases)",
+    registry=REGISTRY,
+)
+processing_errors = Counter(
+    P + "processing_errors_total",
+    "Records whose processing raised (a bug, not bad input): dead-lettered with processing_exception_handler=continue",
+    registry=REGISTRY,
+)
+missing_field_records = Counter(
+    P + "records_missing_field_total",
+    "Records dead-lettered because they lack a "
+    "field an aggregation reads (most of a batch: likely a typo in --aggregations; the "
+    "worker log names the field)",
+    registry=REGISTRY,
+)
+partition_stream_time = Gauge(
+    P + "partition_stream_time_seconds",
+    "Stream time of each input partition's task (event time, epoch seconds; windows close by it)",
+    ["topic", "partition"],
+    registry=REGISTRY,
+)
 input_rate = Gauge(P + "input_rows_per_second", "Input rows per second (Spark progress)", registry=REGISTRY)
-processed_rate = Gauge(P + "processed_rows_per_second", "Processed rows per second (Spark progress)",
-                       registry=REGISTRY)
-consumer_lag = Gauge(P + "consumer_lag_records", "Broker end offset - the query's processed offset, per input "
-                     "partition", ["topic", "partition"], registry=REGISTRY)
-offsets_behind = Gauge(P + "max_offsets_behind_latest_records", "Spark's maxOffsetsBehindLatest over the input "
-                       "partitions (at the last micro-batch)", registry=REGISTRY)
-state_windows = Gauge(P + "state_windows", "Windows held by the tasks' processors (sum over tasks, last report "
-                      "of each task)", registry=REGISTRY)
-state_rows = Gauge(P + "state_store_rows", "Rows in Spark's state store (task records + key buckets)",
-                   registry=REGISTRY)
-state_bytes = Gauge(P + "state_store_bytes", "State store size by kind (memory: memoryUsedBytes; "
-                    "sst: RocksDB SST files)", ["kind"], registry=REGISTRY)
-state_buckets_written = Counter(P + "state_buckets_written_total", "Key buckets written to the state store",
-                                registry=REGISTRY)
-state_cache_hits = Counter(P + "state_cache_hits_total", "Task batches served from the worker's cached processor",
-                           registry=REGISTRY)
-state_log_replayed = Counter(P + "state_log_replayed_total", "Task log entries replayed to bring a processor to the "
-                             "committed state (a worker behind its task, or a restore)", registry=REGISTRY)
-state_log_shared = Counter(P + "state_log_shared_total", "Task log entries an idle Python worker replayed from "
-                           "the other workers' shared files (off the batches' critical path)", registry=REGISTRY)
-tasks_forwarded = Counter(P + "task_batches_forwarded_total", "Task batches Spark gave one Python worker that ran in "
-                          "the worker owning the task (task_owners)", registry=REGISTRY)
-state_snapshots = Counter(P + "state_snapshots_total", "Task batches that wrote a snapshot (key buckets) "
-                          "instead of a log entry", registry=REGISTRY)
-task_batches = Counter(P + "task_batches_total", "Task micro-batches processed (one per input partition with "
-                       "data per micro-batch)", registry=REGISTRY)
-worker_seconds = Counter(P + "worker_seconds_total", "Time in the Python tasks, by phase "
-                         "(process includes state_read and state_write; produce: sink=direct writing output; "
-                         "catch_up: an idle worker replaying shared log entries)",
-                         ["phase"], registry=REGISTRY)
-lag_poll_errors = Counter(P + "consumer_lag_poll_errors_total", "Failed broker end-offset queries",
-                          registry=REGISTRY)
+processed_rate = Gauge(P + "processed_rows_per_second", "Processed rows per second (Spark progress)", registry=REGISTRY)
+consumer_lag = Gauge(
+    P + "consumer_lag_records",
+    "Broker end offset - the query's processed offset, per input partition",
+    ["topic", "partition"],
+    registry=REGISTRY,
+)
+offsets_behind = Gauge(
+    P + "max_offsets_behind_latest_records",
+    "Spark's maxOffsetsBehindLatest over the input partitions (at the last micro-batch)",
+    registry=REGISTRY,
+)
+state_windows = Gauge(
+    P + "state_windows",
+    "Windows held by the tasks' processors (sum over tasks, last report of each task)",
+    registry=REGISTRY,
+)
+state_rows = Gauge(
+    P + "state_store_rows", "Rows in Spark's state store (task records + key buckets)", registry=REGISTRY
+)
+state_bytes = Gauge(
+    P + "state_store_bytes",
+    "State store size by kind (memory: memoryUsedBytes; sst: RocksDB SST files)",
+    ["kind"],
+    registry=REGISTRY,
+)
+state_buckets_written = Counter(
+    P + "state_buckets_written_total", "Key buckets written to the state store", registry=REGISTRY
+)
+state_cache_hits = Counter(
+    P + "state_cache_hits_total", "Task batches served from the worker's cached processor", registry=REGISTRY
+)
+state_log_replayed = Counter(
+    P + "state_log_replayed_total",
+    "Task log entries replayed to bring a processor to the committed state (a worker behind its task, or a restore)",
+    registry=REGISTRY,
+)
+state_log_shared = Counter(
+    P + "state_log_shared_total",
+    "Task log entries an idle Python worker replayed from "
+    "the other workers' shared files (off the batches' critical path)",
+    registry=REGISTRY,
+)
+tasks_forwarded = Counter(
+    P + "task_batches_forwarded_total",
+    "Task batches Spark gave one Python worker that ran in the worker owning the task (task_owners)",
+    registry=REGISTRY,
+)
+state_snapshots = Counter(
+    P + "state_snapshots_total",
+    "Task batches that wrote a snapshot (key buckets) instead of a log entry",
+    registry=REGISTRY,
+)
+task_batches = Counter(
+    P + "task_batches_total",
+    "Task micro-batches processed (one per input partition with data per micro-batch)",
+    registry=REGISTRY,
+)
+worker_seconds = Counter(
+    P + "worker_seconds_total",
+    "Time in the Python tasks, by phase "
+    "(process includes state_read and state_write; produce: sink=direct writing output; "
+    "catch_up: an idle worker replaying shared log entries)",
+    ["phase"],
+    registry=REGISTRY,
+)
+lag_poll_errors = Counter(P + "consumer_lag_poll_errors_total", "Failed broker end-offset queries", registry=REGISTRY)
 
-METRICS: dict[str, Any] = {m._name: m for m in (
-    build_info, config_info, records_consumed, records_aggregated, records_dropped, records_dead_lettered, records_produced,
-    windows_created, windows_updated, windows_expired, windows_skipped, record_lateness, e2e_latency,
-    batch_duration, batches, last_progress, stream_time, partition_stream_time, input_rate, processed_rate,
-    consumer_lag, offsets_behind, state_windows, state_rows, state_bytes, state_buckets_written, state_cache_hits,
-    state_log_replayed, state_log_shared, tasks_forwarded, state_snapshots, task_batches, worker_seconds,
-    lag_poll_errors, processing_errors, missing_field_records)}
+METRICS: dict[str, Any] = {
+    m._name: m
+    for m in (
+        build_info,
+        config_info,
+        records_consumed,
+        records_aggregated,
+        records_dropped,
+        records_dead_lettered,
+        records_produced,
+        windows_created,
+        windows_updated,
+        windows_expired,
+        windows_skipped,
+        record_lateness,
+        e2e_latency,
+        batch_duration,
+        batches,
+        last_progress,
+        stream_time,
+        partition_stream_time,
+        input_rate,
+        processed_rate,
+        consumer_lag,
+        offsets_behind,
+        state_windows,
+        state_rows,
+        state_bytes,
+        state_buckets_written,
+        state_cache_hits,
+        state_log_replayed,
+        state_log_shared,
+        tasks_forwarded,
+        state_snapshots,
+        task_batches,
+        worker_seconds,
+        lag_poll_errors,
+        processing_errors,
+        missing_field_records,
+    )
+}
 
 # label values known up front (so every series exists from the first scrape, at 0)
 for _r in DROP_REASONS:
@@ -215,9 +348,12 @@ def serve(port: int) -> None:
         except OSError as e:
             from service.settings import SettingsError
 
-            raise SettingsError("metrics_port", f"cannot serve /metrics on port {port}: {e.strerror or e} (in use "
-                                                "by another process? choose another port, or 0 to turn it "
-                                                "off)") from None
+            raise SettingsError(
+                "metrics_port",
+                f"cannot serve /metrics on port {port}: {e.strerror or e} (in use "
+                "by another process? choose another port, or 0 to turn it "
+                "off)",
+            ) from None
         logger.info("metrics on http://0.0.0.0:%d/metrics", port)
 
 
@@ -238,8 +374,9 @@ def _buckets(o: Mapping[str, int], prefix: str, n: int) -> list[int]:
     return [o.get(f"{prefix}{i}", 0) for i in range(n + 1)]
 
 
-def record_progress(observed: Mapping[str, Any], progress: Mapping[str, Any], lag: "LagPoller | None" = None,
-                    late_topic: bool = True) -> None:
+def record_progress(
+    observed: Mapping[str, Any], progress: Mapping[str, Any], lag: LagPoller | None = None, late_topic: bool = True
+) -> None:
     """Update the metrics from one micro-batch: ``observed`` = the ``slidingwindow`` observed-metrics row as a
     dict (``tasks``: per-task rows, optional), ``progress`` = the query progress (``StreamingQueryProgress.json``
     parsed); ``lag`` gets the progress' end offsets; ``late_topic``: late records are written to a topic."""
@@ -273,6 +410,7 @@ def record_progress(observed: Mapping[str, Any], progress: Mapping[str, Any], la
     worker_seconds.labels("state_write").inc(o.get("state_write_ns", 0) / 1e9)
     worker_seconds.labels("produce").inc(o.get("produce_ns", 0) / 1e9)
     worker_seconds.labels("catch_up").inc(o.get("state_log_shared_ns", 0) / 1e9)
+    record_transactions(o)
     if any(k.startswith("lateness_b") for k in o):
         record_lateness.add(_buckets(o, "lateness_b", len(LATENESS_BUCKETS_MS)), o.get("lateness_ms_sum", 0) / 1000)
     if any(k.startswith("latency_b") for k in o):
@@ -351,8 +489,12 @@ class LagPoller:
     """Consumer lag per input partition: the broker's end offset (high watermark) minus the query's processed
     offset (``endOffset`` of the last progress). Polls the broker every ``interval`` seconds in a daemon thread."""
 
-    def __init__(self, client_config: Mapping[str, str], interval: float = 5.0,
-                 end_offsets: Callable[[list[tuple[str, int]]], dict[tuple[str, int], int]] | None = None) -> None:
+    def __init__(
+        self,
+        client_config: Mapping[str, str],
+        interval: float = 5.0,
+        end_offsets: Callable[[list[tuple[str, int]]], dict[tuple[str, int], int]] | None = None,
+    ) -> None:
         self.client_config = dict(client_config)
         self.interval = interval
         self._processed: dict[tuple[str, int], int] = {}
@@ -373,8 +515,9 @@ class LagPoller:
         from confluent_kafka import Consumer, TopicPartition
 
         if self._consumer is None:
-            self._consumer = Consumer({**self.client_config, "group.id": "slidingwindow-lag-probe",
-                                       "enable.auto.commit": False})
+            self._consumer = Consumer(
+                {**self.client_config, "group.id": "slidingwindow-lag-probe", "enable.auto.commit": False}
+            )
         out = {}
         for t, p in parts:
             _lo, hi = self._consumer.get_watermark_offsets(TopicPartition(t, p), timeout=5, cached=False)
@@ -390,8 +533,9 @@ class LagPoller:
             ends = self._end_offsets(sorted(processed))
         except Exception as e:  # the broker may be briefly unreachable; keep the last values
             lag_poll_errors.inc()
-            (logger.debug if self._warned else logger.warning)("cannot read the input end offsets (consumer lag "
-                                                               "is stale): %s", e)
+            (logger.debug if self._warned else logger.warning)(
+                "cannot read the input end offsets (consumer lag is stale): %s", e
+            )
             self._warned = True
             return
         self._warned = False
@@ -402,7 +546,7 @@ class LagPoller:
         while not self._stop.wait(self.interval):
             self.poll_once()
 
-    def start(self) -> "LagPoller":
+    def start(self) -> LagPoller:
         self._thread = threading.Thread(target=self._loop, name="lag-poller", daemon=True)
         self._thread.start()
         return self
@@ -417,3 +561,42 @@ class LagPoller:
             except Exception:
                 pass
             self._consumer = None
+
+
+# ------------------------------------------------------------------------------ processing_guarantee=exactly_once
+transactions_committed = Counter(
+    P + "transactions_committed_total",
+    "Kafka transactions committed (exactly_once: one per task micro-batch with output: its rows and its input offset)",
+    registry=REGISTRY,
+)
+transactions_aborted = Counter(
+    P + "transactions_aborted_total",
+    "Kafka transactions aborted or fenced and redone (exactly_once; a batch that then failed is replayed by Spark)",
+    registry=REGISTRY,
+)
+transaction_commit_seconds = Counter(
+    P + "transaction_commit_seconds_total",
+    "Time in sending the input offset and committing the transactions (exactly_once)",
+    registry=REGISTRY,
+)
+batches_already_committed = Counter(
+    P + "task_batches_already_committed_total",
+    "Replayed task micro-batches "
+    "whose transaction had committed (exactly_once): state rebuilt, nothing "
+    "produced, not counted in the record counters again",
+    registry=REGISTRY,
+)
+METRICS.update(
+    {
+        m._name: m
+        for m in (transactions_committed, transactions_aborted, transaction_commit_seconds, batches_already_committed)
+    }
+)
+
+
+def record_transactions(o: Mapping[str, int]) -> None:
+    """The exactly_once counters of one micro-batch's observed sums (``txn_*``, service.processing)."""
+    transactions_committed.inc(o.get("txn_committed", 0))
+    transactions_aborted.inc(o.get("txn_aborted", 0))
+    transaction_commit_seconds.inc(o.get("txn_commit_ns", 0) / 1e9)
+    batches_already_committed.inc(o.get("txn_skipped", 0))

@@ -61,8 +61,9 @@ logger = logging.getLogger(__name__)
 SUPPORTED = sys.platform.startswith("linux")
 
 #: runs one task batch in this worker: ``(config, state, topic, partition, offsets, keys, values, timestamps)``
-RunBatch = Callable[[TaskConfig, TaskState, str, int, Sequence[int], Sequence[Any], Sequence[Any],
-                     Sequence[Any]], TaskOutput]
+RunBatch = Callable[
+    [TaskConfig, TaskState, str, int, Sequence[int], Sequence[Any], Sequence[Any], Sequence[Any]], TaskOutput
+]
 
 _WRITES = frozenset({"set_task", "put_bucket", "delete_bucket"})
 _CALLS = _WRITES | {"get_task", "get_bucket"}
@@ -91,8 +92,17 @@ def _count(config: TaskConfig) -> int:  # the caller holds _lock
     return sum(1 for _l, c, *_x in _owned.values() if c == config)
 
 
-def run(fn: RunBatch, config: TaskConfig, state: TaskState, topic: str, partition: int, offsets: Sequence[int],
-        keys: Sequence[Any], values: Sequence[Any], timestamps: Sequence[Any]) -> tuple[TaskOutput, bool]:
+def run(
+    fn: RunBatch,
+    config: TaskConfig,
+    state: TaskState,
+    topic: str,
+    partition: int,
+    offsets: Sequence[int],
+    keys: Sequence[Any],
+    values: Sequence[Any],
+    timestamps: Sequence[Any],
+) -> tuple[TaskOutput, bool]:
     """Run a task batch where its processor is: here when this worker owns the task (or nobody does: then this
     worker becomes its owner), else in the owner's worker. Returns the output and whether it was forwarded.
     Without owners (``config.owners`` empty, or not Linux) the batch simply runs here."""
@@ -123,16 +133,21 @@ def release_all() -> None:
 
 
 # ------------------------------------------------------------------------------------------ forwarding side
-def _forward(addr: str, config: TaskConfig, state: TaskState, topic: str, partition: int,
-             batch: tuple[Any, ...]) -> TaskOutput | None:
+def _forward(
+    addr: str, config: TaskConfig, state: TaskState, topic: str, partition: int, batch: tuple[Any, ...]
+) -> TaskOutput | None:
     """The owner's output for the batch, or None when this worker is to run it itself."""
     try:
         conn = Client(addr, family="AF_UNIX", authkey=config.owners.encode())
     except (OSError, EOFError):  # nobody listens: no owner, or it is gone
         return None
-    except Exception:  # noqa: BLE001 - e.g. an authentication failure: not our query's owner
-        logger.warning("the owner socket of %s-%d did not accept this worker; running the batch here", topic,
-                       partition, exc_info=True)
+    except Exception:  # e.g. an authentication failure: not our query's owner
+        logger.warning(
+            "the owner socket of %s-%d did not accept this worker; running the batch here",
+            topic,
+            partition,
+            exc_info=True,
+        )
         return None
     wrote = False
     with conn:
@@ -144,8 +159,7 @@ def _forward(addr: str, config: TaskConfig, state: TaskState, topic: str, partit
                 if kind == "call":
                     name, args = msg[1], msg[2]
                     if name not in _CALLS:
-                        raise RuntimeError(f"the owner of {topic}-{partition} asked for an unknown state call "
-                                           f"{name!r}")
+                        raise RuntimeError(f"the owner of {topic}-{partition} asked for an unknown state call {name!r}")
                     wrote = wrote or name in _WRITES
                     try:
                         result = getattr(state, name)(*args)
@@ -163,10 +177,12 @@ def _forward(addr: str, config: TaskConfig, state: TaskState, topic: str, partit
                     raise RuntimeError(f"unexpected message {kind!r} from the owner of {topic}-{partition}")
         except (OSError, EOFError) as e:
             if wrote:
-                raise RuntimeError(f"lost the owner of {topic}-{partition} after it wrote state; the batch fails "
-                                   "and Spark retries it") from e
-            logger.warning("lost the owner of %s-%d before it wrote state (%s); running the batch here", topic,
-                           partition, e)
+                raise RuntimeError(
+                    f"lost the owner of {topic}-{partition} after it wrote state; the batch fails and Spark retries it"
+                ) from e
+            logger.warning(
+                "lost the owner of %s-%d before it wrote state (%s); running the batch here", topic, partition, e
+            )
             return None
 
 
@@ -180,11 +196,12 @@ def _claim(addr: str, config: TaskConfig, topic: str, partition: int, fn: RunBat
     with _lock:
         _owned[addr] = (listener, config, topic, partition, fn)
         # a worker outlives queries (tests run many in one session): it keeps at most as many tasks as it caches
-        evicted = [_owned.pop(a) for a in list(_owned)[:max(len(_owned) - CACHE_MAX_TASKS, 0)]]
+        evicted = [_owned.pop(a) for a in list(_owned)[: max(len(_owned) - CACHE_MAX_TASKS, 0)]]
     for old, *_rest in evicted:
         _close(old)
-    threading.Thread(target=_serve, args=(addr, listener), name=f"slidingwindow-owner-{topic}-{partition}",
-                     daemon=True).start()
+    threading.Thread(
+        target=_serve, args=(addr, listener), name=f"slidingwindow-owner-{topic}-{partition}", daemon=True
+    ).start()
 
 
 def _serve(addr: str, listener: Listener) -> None:
@@ -192,7 +209,7 @@ def _serve(addr: str, listener: Listener) -> None:
     while True:
         try:
             conn = listener.accept()
-        except Exception:  # noqa: BLE001 - closed (given up), or a peer that failed authentication
+        except Exception:  # closed (given up), or a peer that failed authentication
             with _lock:
                 if _owned.get(addr, (None,))[0] is not listener:
                     return
@@ -216,11 +233,12 @@ def _handle(addr: str, listener: Listener, conn: Connection) -> None:
         if give_up:
             del _owned[addr]
     if entry is None or give_up:
-        if give_up:
+        if give_up and entry is not None:  # (give_up implies an entry)
             _close(listener)
-            drop_cached(entry[1], entry[2], entry[3])  # type: ignore[index]
-            logger.info("gave task %s-%d to a less busy worker (%d tasks here, %d there)", entry[2], entry[3],
-                        mine, theirs)
+            drop_cached(entry[1], entry[2], entry[3])
+            logger.info(
+                "gave task %s-%d to a less busy worker (%d tasks here, %d there)", entry[2], entry[3], mine, theirs
+            )
         conn.send(("local",))
         return
     _listener, config, topic, partition, fn = entry
@@ -228,7 +246,7 @@ def _handle(addr: str, listener: Listener, conn: Connection) -> None:
         out = fn(config, _RemoteState(conn), topic, partition, *batch)
     except _PeerGone:
         raise
-    except Exception:  # noqa: BLE001 - reported to the forwarding worker, which fails its task with it
+    except Exception:  # reported to the forwarding worker, which fails its task with it
         conn.send(("fail", traceback.format_exc()))
         return
     conn.send(("done", _portable(out, config)))

@@ -23,20 +23,36 @@ import uuid
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Concatenate, NamedTuple, ParamSpec
+from typing import Any, Concatenate, NamedTuple, ParamSpec, cast
 
 import numpy as np
 
 from connectors.output import ChangelogEncoder, ChangelogSpec, dead_letter_headers
 from connectors.schema_registry import SchemaRegistryUnavailable
 from connectors.serde import Decoded, InputDecoder, InputSpec
-from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations
 from service import spool
 from service.metrics import DEAD_LETTER_REASONS, LATENCY_BUCKETS_MS, LATENESS_BUCKETS_MS, dead_letter_stat
+from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations
 
-__all__ = ["TaskConfig", "TaskStats", "TaskOutput", "Decoded", "TaskRunner", "TaskState", "DictTaskState",
-           "process_task_batch", "bucket_of", "encode_bucket", "decode_bucket", "spool_catch_up",
-           "stop_catch_up_thread", "drop_cached", "worker_busy", "OUTPUT_KINDS", "STATS_FIELDS"]
+__all__ = [
+    "TaskConfig",
+    "TaskStats",
+    "TaskOutput",
+    "Decoded",
+    "TaskRunner",
+    "TaskState",
+    "DictTaskState",
+    "process_task_batch",
+    "bucket_of",
+    "encode_bucket",
+    "decode_bucket",
+    "spool_catch_up",
+    "stop_catch_up_thread",
+    "drop_cached",
+    "worker_busy",
+    "OUTPUT_KINDS",
+    "STATS_FIELDS",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -81,10 +97,37 @@ STATS_FIELDS = (
     # of dead_lettered, per reason (the ``error`` header; service.metrics.dead_letter_stat names them)
     *(dead_letter_stat(r) for r in DEAD_LETTER_REASONS),
     "missing_field_records",  # of dead_lettered: lacking a field the aggregations read (likely a typo)
+    # processing_guarantee=exactly_once (connectors.transactions; 0 with at_least_once)
+    "txn_committed",  # 1 when the batch's transaction committed
+    "txn_aborted",  # transactions of this batch aborted or fenced before one committed (each redone)
+    "txn_commit_ns",  # time in send_offsets_to_transaction + commit_transaction
+    "txn_skipped",  # 1 when the group's offset already covered the batch: state updated, nothing produced
 )
 
 #: a batch where more than this share of the records lack an aggregated field logs a warning naming it
 MISSING_FIELD_WARN_SHARE = 0.5
+
+#: the counters of what a batch read and wrote, zeroed in a replayed batch that is already in Kafka
+#: (processing_guarantee=exactly_once), so the service's counters stay exact across a replay
+REPLAY_ZEROED = (
+    "records",
+    "aggregated",
+    "late",
+    "dead_lettered",
+    "changelog",
+    "windows_created",
+    "windows_updated",
+    "skipped_windows",
+    "windows_expired",
+    "dead_deserialization",
+    "dead_invalid",
+    *(dead_letter_stat(r) for r in DEAD_LETTER_REASONS),
+    "missing_field_records",
+    "lateness_ms_sum",
+    "latency_ms_sum",
+    *(f"lateness_b{i}" for i in range(len(LATENESS_BUCKETS_MS) + 1)),
+    *(f"latency_b{i}" for i in range(len(LATENCY_BUCKETS_MS) + 1)),
+)
 
 
 #: dead-letter reasons (connectors.serde.REASONS) counted as ``reason="deserialization"``; the rest are "invalid"
@@ -121,6 +164,8 @@ class TaskConfig:
     # settings (repr=False: they may hold the SASL password, connectors.security)
     batch_produce: bool = True  # direct sink: changelog rows to librdkafka in blocks (connectors.rdkafka_batch)
     processing_exception_handler: str = "continue"  # continue | fail: see process_task_batch
+    processing_guarantee: str = "at_least_once"  # "exactly_once": one transaction per task batch (service.job)
+    application_id: str = ""  # the consumer group and transactional id prefix (exactly_once)
 
     @property
     def windows(self) -> SlidingWindows:
@@ -135,8 +180,9 @@ class TaskConfig:
         return {"collect_drops": True, "batch": self.batch and self.emit in ("update", "close")}
 
     def new_processor(self) -> SlidingWindowProcessor:
-        return SlidingWindowProcessor(self.windows, parse_aggregations(self.aggregations), self.emit,
-                                      **self.processor_options())
+        return SlidingWindowProcessor(
+            self.windows, parse_aggregations(self.aggregations), self.emit, **self.processor_options()
+        )
 
 
 @dataclass
@@ -173,21 +219,27 @@ class TaskOutput:
     def __len__(self) -> int:
         return len(self.kind) + len(self.changelog_keys)
 
-    def add(self, kind: str, topic: str, key: bytes | None, value: bytes | None,
-            headers: list[tuple[str, bytes]] | None) -> None:
+    def add(
+        self, kind: str, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None
+    ) -> None:
         self.kind.append(kind)
         self.topic.append(topic)
         self.key.append(key)
         self.value.append(value)
         self.headers.append(headers)
 
-    def columns(self) -> tuple[list[str], list[str], list[bytes | None], list[bytes | None],
-                               list[list[tuple[str, bytes]] | None]]:
+    def columns(
+        self,
+    ) -> tuple[list[str], list[str], list[bytes | None], list[bytes | None], list[list[tuple[str, bytes]] | None]]:
         """All rows as the lists ``(kind, topic, key, value, headers)``, the changelog last."""
         n = len(self.changelog_keys)
-        return (self.kind + ["changelog"] * n, self.topic + [self.changelog_topic] * n,
-                self.key + list(self.changelog_keys), self.value + list(self.changelog_values),
-                self.headers + [None] * n)
+        return (
+            self.kind + ["changelog"] * n,
+            self.topic + [self.changelog_topic] * n,
+            self.key + list(self.changelog_keys),
+            self.value + list(self.changelog_values),
+            self.headers + [None] * n,
+        )
 
     def rows(self) -> list[tuple[str, str, bytes | None, bytes | None, list[tuple[str, bytes]] | None]]:
         """Every row as ``(kind, topic, key, value, headers)``, the changelog last."""
@@ -258,20 +310,31 @@ class TaskRunner:
         for i, reason, message in bad:
             # a value over the size limit is not copied (it may not fit a record); the headers say where it is
             value = None if reason == "value-too-large" else values[i]
-            out.add("dlq", cfg.dead_letter_topic, keys[i], value,
-                    dead_letter_headers(reason, message, topic, partition, offsets[i], timestamps[i]))
+            out.add(
+                "dlq",
+                cfg.dead_letter_topic,
+                keys[i],
+                value,
+                dead_letter_headers(reason, message, topic, partition, offsets[i], timestamps[i]),
+            )
             stats[dead_letter_stat(reason)] += 1
         self._check_missing_fields(stats, n, topic, partition)
         if cfg.late_topic:
             for i, d in late_rows:
-                out.add("late", cfg.late_topic, keys[i], values[i], [
-                    ("reason", str(getattr(d.reason, "value", d.reason)).encode()),
-                    ("topic", topic.encode()),
-                    ("partition", _b(partition)),
-                    ("offset", _b(offsets[i])),
-                    ("timestamp", _b(d.ts)),
-                    ("stream_time", _b(d.stream_time)),
-                ])
+                out.add(
+                    "late",
+                    cfg.late_topic,
+                    keys[i],
+                    values[i],
+                    [
+                        ("reason", str(getattr(d.reason, "value", d.reason)).encode()),
+                        ("topic", topic.encode()),
+                        ("partition", _b(partition)),
+                        ("offset", _b(offsets[i])),
+                        ("timestamp", _b(d.ts)),
+                        ("stream_time", _b(d.stream_time)),
+                    ],
+                )
         if columns is not None:
             ckeys, cvalues = self.encoder.encode_columns(columns, emit_time)
         else:
@@ -311,9 +374,16 @@ class TaskRunner:
         stats["missing_field_records"] = sum(missing.values())
         for name, count in missing.items():
             if count > MISSING_FIELD_WARN_SHARE * n:
-                logger.warning("%d of %d records of %s-%d lack the field %r that the aggregations %r read: a typo "
-                               "in the aggregations? (they are dead-lettered with error schema-mismatch)", count,
-                               n, topic, partition, name, self.config.aggregations)
+                logger.warning(
+                    "%d of %d records of %s-%d lack the field %r that the aggregations %r read: a typo "
+                    "in the aggregations? (they are dead-lettered with error schema-mismatch)",
+                    count,
+                    n,
+                    topic,
+                    partition,
+                    name,
+                    self.config.aggregations,
+                )
 
     def _apply(self, proc: SlidingWindowProcessor, good: Decoded) -> tuple[Any, list[Any]]:
         """Feed the decoded records to the processor and flush: ``(columns, [])`` on the batch path
@@ -321,7 +391,7 @@ class TaskRunner:
         if getattr(proc, "batch", False):
             # identical results to the record path; the batch fast path where it applies. The record values go
             # along so fallbacks and drop reports get the very objects decoded here (late rows map back by id)
-            fields = {}
+            fields: dict[str | None, Any] = {}
             for name, numeric in self.config.input.fields:
                 if numeric:
                     col = np.asarray(good.fields[name])
@@ -483,9 +553,11 @@ def decode_log(data: bytes, fields: Sequence[str] = ()) -> tuple[str, Decoded]:
     prev, keys, ts, columns = entry
     missing = [f for f in fields if f not in columns]
     if missing:
-        raise RuntimeError(f"a log entry of this checkpoint holds the value fields {sorted(columns)}, but the "
-                           f"aggregations read {', '.join(map(repr, missing))} too: the checkpoint was written "
-                           "with other aggregations; use a new checkpoint_dir")
+        raise RuntimeError(
+            f"a log entry of this checkpoint holds the value fields {sorted(columns)}, but the "
+            f"aggregations read {', '.join(map(repr, missing))} too: the checkpoint was written "
+            "with other aggregations; use a new checkpoint_dir"
+        )
     names = list(columns)
     values = [dict(zip(names, row)) for row in zip(*columns.values())] if names else [{} for _k in keys]
     return prev, Decoded(list(range(len(keys))), keys, values, ts, columns)
@@ -506,7 +578,7 @@ class _Token(NamedTuple):
     previous_entries: int = 0
 
     @classmethod
-    def parse(cls, token: str) -> "_Token":
+    def parse(cls, token: str) -> _Token:
         """A bare id (written before the log existed) is a snapshot with no log."""
         f = token.split("/")
         if len(f) == 1:
@@ -516,16 +588,16 @@ class _Token(NamedTuple):
     def __str__(self) -> str:
         return "/".join(map(str, self))
 
-    def logged(self) -> "_Token":
+    def logged(self) -> _Token:
         """The token after one more log entry."""
         return self._replace(entries=self.entries + 1, write=uuid.uuid4().hex)
 
-    def snapshotted(self) -> "_Token":
+    def snapshotted(self) -> _Token:
         """The token of a new snapshot after this state (plus the snapshot batch's own entry)."""
         new = uuid.uuid4().hex
         return _Token(new, 0, new, 1 - self.parity, self.snapshot, self.entries + 1)
 
-    def catch_up(self, cached: "_Token") -> list[tuple[int, int]] | None:
+    def catch_up(self, cached: _Token) -> list[tuple[int, int]] | None:
         """The log entries ``(parity, i)`` that take a processor at ``cached`` to this state, ``None`` when the
         log does not reach back to it (the caller then checks that the first entry applies to ``cached``).
 
@@ -535,8 +607,9 @@ class _Token(NamedTuple):
         if cached.snapshot == self.snapshot and cached.entries < self.entries:
             return [(self.parity, i) for i in range(cached.entries, self.entries)]
         if self.previous and cached.snapshot == self.previous and cached.entries < self.previous_entries:
-            return [(1 - self.parity, i) for i in range(cached.entries, self.previous_entries)] + \
-                [(self.parity, i) for i in range(self.entries)]
+            return [(1 - self.parity, i) for i in range(cached.entries, self.previous_entries)] + [
+                (self.parity, i) for i in range(self.entries)
+            ]
         return None
 
 
@@ -715,8 +788,21 @@ def process_task_batch(
             raise  # not a record's fault: the batch fails and Spark retries it
         except Exception as exc:  # the processing exception handler
             source.release()
-            proc, source, out = _run_isolating(runner, state, meta, n_buckets, cur, topic, partition, offsets,
-                                               keys, values, timestamps, emit_time_ms, exc)
+            proc, source, out = _run_isolating(
+                runner,
+                state,
+                meta,
+                n_buckets,
+                cur,
+                topic,
+                partition,
+                offsets,
+                keys,
+                values,
+                timestamps,
+                emit_time_ms,
+                exc,
+            )
         output_ns = 0
         if on_output is not None:
             t0 = time.perf_counter_ns()
@@ -739,7 +825,8 @@ def process_task_batch(
             state.put_bucket(log_slot(cur.entries, cur.parity), log)
         if snapshot_now:
             for k, blob in proc.export_keys(proc.dirty_keys()).items():
-                changed.setdefault(bucket_of(k, n_buckets), {})[k] = blob
+                key = cast(str, k)  # the service's aggregation keys are str (decoded record keys)
+                changed.setdefault(bucket_of(key, n_buckets), {})[key] = blob
             for b, bucket_entries in changed.items():
                 data = source.bucket(b)  # a bucket no key was loaded from (new keys only) is read before rewriting
                 for k, blob in bucket_entries.items():
@@ -798,7 +885,7 @@ def _run_isolating(
     state: TaskState,
     meta: Any,
     n_buckets: int,
-    cur: "_Token",
+    cur: _Token,
     topic: str,
     partition: int,
     offsets: Sequence[int],
@@ -807,7 +894,7 @@ def _run_isolating(
     timestamps: Sequence[int | None],
     emit_time_ms: int | None,
     exc: Exception,
-) -> tuple[SlidingWindowProcessor, "_BucketSource", TaskOutput]:
+) -> tuple[SlidingWindowProcessor, _BucketSource, TaskOutput]:
     """The processing exception handler (Kafka Streams' ``processing.exception.handler``, KIP-1033), after
     :meth:`TaskRunner.run` of the whole batch raised ``exc``: the batch again, record by record, each on a
     processor at the committed state plus the records before it that went through, to find the records that
@@ -829,8 +916,16 @@ def _run_isolating(
         return proc, source
 
     def run(proc: SlidingWindowProcessor, at: Sequence[int]) -> TaskOutput:
-        return runner.run(proc, topic, partition, [offsets[j] for j in at], [keys[j] for j in at],
-                          [values[j] for j in at], [timestamps[j] for j in at], emit_time_ms)
+        return runner.run(
+            proc,
+            topic,
+            partition,
+            [offsets[j] for j in at],
+            [keys[j] for j in at],
+            [values[j] for j in at],
+            [timestamps[j] for j in at],
+            emit_time_ms,
+        )
 
     kept: list[int] = []
     failed: list[tuple[int, BaseException]] = []
@@ -847,7 +942,8 @@ def _run_isolating(
                 raise ProcessingFailure(
                     f"processing the record at offset {offsets[j]} of {topic}-{partition} raised "
                     f"{type(e).__name__}: {e} (processing_exception_handler=fail; with continue it goes to the "
-                    f"dead-letter topic {cfg.dead_letter_topic} with error processing-error)") from e
+                    f"dead-letter topic {cfg.dead_letter_topic} with error processing-error)"
+                ) from e
             failed.append((j, e))
             proc, source = restored()  # the failed record may have left the processor half-updated
             if kept:
@@ -857,18 +953,37 @@ def _run_isolating(
     source.release()
     if not failed:
         raise exc
-    logger.warning("%d of %d records of %s-%d raised while processed (first: offset %d, %s: %s); dead-lettered "
-                   "with error processing-error (processing_exception_handler=continue)", len(failed),
-                   len(offsets), topic, partition, offsets[failed[0][0]], type(failed[0][1]).__name__,
-                   failed[0][1])
+    logger.warning(
+        "%d of %d records of %s-%d raised while processed (first: offset %d, %s: %s); dead-lettered "
+        "with error processing-error (processing_exception_handler=continue)",
+        len(failed),
+        len(offsets),
+        topic,
+        partition,
+        offsets[failed[0][0]],
+        type(failed[0][1]).__name__,
+        failed[0][1],
+    )
     proc, source = restored()
     out = run(proc, kept)
     for j, err in failed:
         cls = type(err)
-        out.add("dlq", cfg.dead_letter_topic, keys[j], values[j], dead_letter_headers(
-            "processing-error", f"{cls.__name__}: {err}", topic, partition, offsets[j], timestamps[j],
-            exception=f"{cls.__module__}.{cls.__qualname__}",
-            stacktrace="".join(traceback.format_exception(cls, err, err.__traceback__))))
+        out.add(
+            "dlq",
+            cfg.dead_letter_topic,
+            keys[j],
+            values[j],
+            dead_letter_headers(
+                "processing-error",
+                f"{cls.__name__}: {err}",
+                topic,
+                partition,
+                offsets[j],
+                timestamps[j],
+                exception=f"{cls.__module__}.{cls.__qualname__}",
+                stacktrace="".join(traceback.format_exception(cls, err, err.__traceback__)),
+            ),
+        )
     s = out.stats
     s["records"] = len(offsets)
     s["max_offset"] = int(offsets[-1])
@@ -877,7 +992,7 @@ def _run_isolating(
     return proc, source, out
 
 
-def _generation_length(every: int, cur: "_Token", partition: int) -> int:
+def _generation_length(every: int, cur: _Token, partition: int) -> int:
     """Log entries before the next snapshot. The first generation after a task's creation is shortened by a
     phase that depends on its partition (0, 3, 6, 1, ... for ``every`` = 8), so the tasks of a topic, created
     in the same micro-batch, do not all write their snapshots in the same later batches: each snapshot batch
@@ -891,7 +1006,12 @@ def _new_processor(cfg: TaskConfig, meta: Any, n_buckets: int) -> tuple[SlidingW
     """A task's processor at its snapshot (``meta`` None: a new task), keys loaded from its buckets on demand."""
     source = _BucketSource(n_buckets)
     proc = SlidingWindowProcessor.from_state(
-        cfg.windows, parse_aggregations(cfg.aggregations), cfg.emit, meta, source, **cfg.processor_options(),
+        cfg.windows,
+        parse_aggregations(cfg.aggregations),
+        cfg.emit,
+        meta,
+        source,
+        **cfg.processor_options(),
     )
     return proc, source
 
@@ -917,9 +1037,13 @@ def spool_catch_up(cache: dict[tuple[Any, str, int], _Cached] | None = None, lim
                 continue
             new_token, records = found
             c.runner.replay(c.proc, records)
-        except Exception:  # noqa: BLE001 - a shortcut only: the task batch restores from the store
-            logger.warning("replaying a shared log entry of %s-%d failed; dropping the cached processor", topic,
-                           partition, exc_info=True)
+        except Exception:  # a shortcut only: the task batch restores from the store
+            logger.warning(
+                "replaying a shared log entry of %s-%d failed; dropping the cached processor",
+                topic,
+                partition,
+                exc_info=True,
+            )
             cache.pop(ck, None)
             _NOT_ADOPTED.add(ck)
             continue
@@ -936,8 +1060,12 @@ def _adopt_new_tasks(cache: dict[tuple[Any, str, int], _Cached], limit: int | No
     for cfg, runner in runners.items():
         for topic, partition in spool.tasks(cfg.log_spool):
             ck = (cfg, topic, partition)
-            if ck in cache or ck in _NOT_ADOPTED or len(cache) >= CACHE_MAX_TASKS or \
-                    (limit is not None and done >= limit):
+            if (
+                ck in cache
+                or ck in _NOT_ADOPTED
+                or len(cache) >= CACHE_MAX_TASKS
+                or (limit is not None and done >= limit)
+            ):
                 continue
             try:
                 found = _shared_entry(cfg, topic, partition, "")
@@ -946,9 +1074,8 @@ def _adopt_new_tasks(cache: dict[tuple[Any, str, int], _Cached], limit: int | No
                 new_token, records = found
                 proc, source = _new_processor(cfg, None, cfg.state_buckets)
                 runner.replay(proc, records)
-            except Exception:  # noqa: BLE001 - a shortcut only: the task batch restores from the store
-                logger.warning("building %s-%d from its shared first entry failed", topic, partition,
-                               exc_info=True)
+            except Exception:  # a shortcut only: the task batch restores from the store
+                logger.warning("building %s-%d from its shared first entry failed", topic, partition, exc_info=True)
                 _NOT_ADOPTED.add(ck)
                 continue
             cache[ck] = _Cached(new_token, proc, source, runner)
@@ -1009,6 +1136,7 @@ def _catch_up_loop() -> None:
 def _read_log(state: TaskState, parity: int, i: int, fields: Sequence[str]) -> tuple[str, Decoded]:
     data = state.get_bucket(log_slot(i, parity))
     if data is None:
-        raise RuntimeError(f"the task state is inconsistent: its token names log entry {i} of generation "
-                           f"{parity}, which is missing")
+        raise RuntimeError(
+            f"the task state is inconsistent: its token names log entry {i} of generation {parity}, which is missing"
+        )
     return decode_log(data, fields)

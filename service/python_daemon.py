@@ -43,12 +43,12 @@ class BetweenTasks:
     young generations, then freezes what survived (``gc.freeze()``); every :attr:`FULL_EVERY`-th call it
     unfreezes and runs the full collection pyspark runs every time. Everything else is the ``gc`` module's.
 
-    Why: a worker holds its tasks' windows between batches (:mod:`service.processing`'s cache), tens of
-    thousands of objects per task, and a full collection walks all of them after every task (a large share of a
-    task batch with the windows full; bench/RESULTS.md and its history), plus the collector's own full collections, which the batches' turnover of those objects
-    keeps triggering. Frozen objects are skipped by every collection and still freed by reference counting
-    when a batch replaces them; only a reference cycle among them would wait for the next full collection.
-    The tasks make none: task batches run with the collector off leave no unreachable object, and a dropped
+    Why: a worker holds its tasks' windows between batches (:mod:`service.processing`'s cache), tens of thousands of
+    objects per task, and a full collection walks all of them after every task (a large share of a task batch with the
+    windows full; bench/RESULTS.md and its history), plus the collector's own full collections, which the batches'
+    turnover of those objects keeps triggering. Frozen objects are skipped by every collection and still freed by
+    reference counting when a batch replaces them; only a reference cycle among them would wait for the next full
+    collection. The tasks make none: task batches run with the collector off leave no unreachable object, and a dropped
     window processor is freed at once (``tests/service/test_processing.py``,
     ``tests/windowstore/test_reference_cycles.py``). So that full collection is a bound, not a chore::
 
@@ -121,7 +121,7 @@ def keep_memory() -> list[str]:
 
 
 _daemon.worker = worker
-_daemon.gc = BetweenTasks()  # the daemon's only use of gc: ``gc.collect()`` in the child between tasks
+_daemon.gc = BetweenTasks()  # type: ignore[assignment]  # a stand-in for the gc module: the daemon's only use of gc: ``gc.collect()`` in the child between tasks
 
 if __name__ == "__main__":
     keep_memory()

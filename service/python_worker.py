@@ -1,12 +1,12 @@
 """The Python worker Spark runs for the service (``spark.python.worker.module``): pyspark's own worker, with
 a vectorized input path for ``transformWithStateInPandas``.
 
-pyspark (4.3) hands a stateful processor its input by converting each Arrow batch to pandas and then walking
-it row by row: ``itertuples()``, a key tuple per row, ``itertools.groupby`` over the rows, and
-``pd.DataFrame(list of namedtuples)`` per chunk: Python work per input row that shows at the service's rates
-(``bench/python_worker_bench.py``; figures in bench/RESULTS.md). The rows of one grouping key arrive contiguous (Spark sorts them), so
-this worker finds the runs of equal keys with one Arrow comparison per key column, converts each Arrow batch to
-pandas once (as pyspark does) and hands out row ranges of it. It gives the processor the same thing:
+pyspark (4.3) hands a stateful processor its input by converting each Arrow batch to pandas and then walking it row by
+row: ``itertuples()``, a key tuple per row, ``itertools.groupby`` over the rows, and ``pd.DataFrame(list of
+namedtuples)`` per chunk: Python work per input row that shows at the service's rates (``bench/python_worker_bench.py``;
+figures in bench/RESULTS.md). The rows of one grouping key arrive contiguous (Spark sorts them), so this worker finds
+the runs of equal keys with one Arrow comparison per key column, converts each Arrow batch to pandas once (as pyspark
+does) and hands out row ranges of it. It gives the processor the same thing:
 
 * one call per grouping key, with the key as a tuple of Python values (the first row's ``as_py()``, as
   pyspark's ``tuple(row[o] ...)`` of the pandas row);
@@ -43,8 +43,17 @@ logger = logging.getLogger(__name__)
 MODULE = __name__
 
 #: what the replacement reads from the closure of pyspark's ``transform_with_state_func``
-_CLOSURE_NAMES = ("udf", "key_offsets", "value_offsets", "stateful_processor_api_client", "runner_conf",
-                  "output_schema", "return_type", "arrow_max_records_per_batch", "arrow_max_bytes_per_batch")
+_CLOSURE_NAMES = (
+    "udf",
+    "key_offsets",
+    "value_offsets",
+    "stateful_processor_api_client",
+    "runner_conf",
+    "output_schema",
+    "return_type",
+    "arrow_max_records_per_batch",
+    "arrow_max_bytes_per_batch",
+)
 
 _UNLIMITED = 2**31 - 1
 _warned = False
@@ -76,7 +85,7 @@ def key_runs(batch: Any, key_offsets: list[int]) -> list[tuple[int, int]]:
             change[1:] |= differs.to_numpy(zero_copy_only=False)
     bounds = np.flatnonzero(change).tolist()
     bounds.append(n)
-    return list(zip(bounds[:-1], bounds[1:]))
+    return list(itertools.pairwise(bounds))
 
 
 def _rows_per_frame(max_records: int, max_bytes: int, mean_row_bytes: float) -> int:
@@ -146,10 +155,15 @@ def fast_transform_with_state(closure: dict[str, Any]) -> Callable[[int, Iterato
                 total_bytes += sum(buf.size for col in batch.columns for buf in col.buffers() if buf is not None)
                 total_rows += batch.num_rows
             limit = _rows_per_frame(max_records, max_bytes, total_bytes / total_rows if total_rows else 0.0)
-            pdf = pd.concat(ArrowBatchTransformer.to_pandas(
-                batch, timezone=conf.timezone, prefer_int_ext_dtype=conf.prefer_int_ext_dtype), axis=1)
+            pdf = pd.concat(
+                ArrowBatchTransformer.to_pandas(
+                    batch, timezone=conf.timezone, prefer_int_ext_dtype=conf.prefer_int_ext_dtype
+                ),
+                axis=1,
+            )
             # the column names pyspark's frames get: itertuples' namedtuple fields
-            pdf.columns = list(collections.namedtuple("Pandas", list(pdf.columns), rename=True)._fields)
+            # typeshed types a namedtuple() made from a runtime list of names as a bare tuple class
+            pdf.columns = list(collections.namedtuple("Pandas", list(pdf.columns), rename=True)._fields)  # type: ignore[attr-defined]
             for start, end in key_runs(batch, key_offsets):
                 run_key = tuple(batch.column(o)[start].as_py() for o in key_offsets)
                 if pieces and run_key != key:
@@ -159,7 +173,7 @@ def fast_transform_with_state(closure: dict[str, Any]) -> Callable[[int, Iterato
                 s = start
                 while s < end:
                     take = min(max(limit - filled, 1), end - s)
-                    pieces.append(pdf.iloc[s:s + take])
+                    pieces.append(pdf.iloc[s : s + take])
                     filled += take
                     s += take
                     if filled >= limit:
@@ -176,7 +190,11 @@ def fast_transform_with_state(closure: dict[str, Any]) -> Callable[[int, Iterato
                     "pandas.DataFrame when the specified return type is StructType."
                 )
             yield PandasToArrowConversion.convert(
-                [result], output_schema, timezone=conf.timezone, safecheck=conf.safecheck, arrow_cast=True,
+                [result],
+                output_schema,
+                timezone=conf.timezone,
+                safecheck=conf.safecheck,
+                arrow_cast=True,
                 assign_cols_by_name=conf.assign_cols_by_name,
                 int_to_decimal_coercion_enabled=conf.int_to_decimal_coercion_enabled,
             )
@@ -216,16 +234,18 @@ def install() -> None:
 
     def read_udfs(pickleSer: Any, udf_info_list: Any, eval_type: int, runner_conf: Any, eval_conf: Any) -> Any:
         global _warned
-        func, profiler, deserializer, serializer = original(pickleSer, udf_info_list, eval_type, runner_conf,
-                                                            eval_conf)
+        func, profiler, deserializer, serializer = original(pickleSer, udf_info_list, eval_type, runner_conf, eval_conf)
         if eval_type == PythonEvalType.SQL_TRANSFORM_WITH_STATE_PANDAS_UDF:
             closure = _closure_of(func)
             if closure is not None:
                 func = fast_transform_with_state(closure)
             elif not _warned:
                 _warned = True
-                logger.warning("pyspark's transformWithStateInPandas function does not have the expected "
-                               "closure (%s): its own input path is used", ", ".join(_CLOSURE_NAMES))
+                logger.warning(
+                    "pyspark's transformWithStateInPandas function does not have the expected "
+                    "closure (%s): its own input path is used",
+                    ", ".join(_CLOSURE_NAMES),
+                )
         return func, profiler, deserializer, serializer
 
     read_udfs._slidingwindow = True  # type: ignore[attr-defined]
@@ -243,7 +263,7 @@ def main(infile: Any, outfile: Any) -> None:
 
 
 if __name__ == "__main__":  # without the daemon (spark.python.use.daemon=false) Spark runs ``python -m MODULE``
-    from pyspark.util import get_sock_file_to_executor
+    from pyspark.worker_util import get_sock_file_to_executor
 
     with get_sock_file_to_executor() as sock_file:
         main(sock_file, sock_file)

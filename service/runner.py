@@ -13,13 +13,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.admin import AdminError, TopicSpec, ensure_topics, partition_counts
 from service import metrics
 from service.checkpoint_access import checkpoint_dir_problem
 from service.processing import TaskConfig
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQueryListener
 
 __all__ = ["prepare", "run", "BatchReport", "ServiceError"]
 
@@ -48,10 +51,12 @@ class BatchReport:
     observed: dict[str, int]
 
     def line(self) -> str:
-        return (f"batch {self.batch_id}: {self.records} in ({self.aggregated} aggregated, {self.late} late, "
-                f"{self.dead_lettered} dead-lettered) -> {self.changelog} window updates; "
-                f"{self.duration_ms} ms, {self.processed_rows_per_second:.0f} rows/s, lag {self.offsets_behind}, "
-                f"stream time {self.stream_time}")
+        return (
+            f"batch {self.batch_id}: {self.records} in ({self.aggregated} aggregated, {self.late} late, "
+            f"{self.dead_lettered} dead-lettered) -> {self.changelog} window updates; "
+            f"{self.duration_ms} ms, {self.processed_rows_per_second:.0f} rows/s, lag {self.offsets_behind}, "
+            f"stream time {self.stream_time}"
+        )
 
 
 def prepare(settings: Settings) -> TaskConfig:
@@ -63,8 +68,9 @@ def prepare(settings: Settings) -> TaskConfig:
         from connectors.producer import check_producer_config, producer_config
 
         try:  # (log_level 0: the check's producer does not log each refused connection while Kafka is down)
-            check_producer_config({**producer_config(settings.bootstrap_servers, settings.rdkafka_options()),
-                                   "log_level": "0"})
+            check_producer_config(
+                {**producer_config(settings.bootstrap_servers, settings.rdkafka_options()), "log_level": "0"}
+            )
         except ValueError as e:
             raise ServiceError(f"{e} (settings bootstrap_servers, kafka_options; or use --sink spark)") from None
     parts = wait_for_inputs(settings)
@@ -96,12 +102,17 @@ def wait_for_inputs(settings: Settings, sleep: Callable[[float], None] = time.sl
         except AdminError as e:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ServiceError(f"cannot reach Kafka at {settings.bootstrap_servers} within "
-                                   f"{settings.startup_timeout / 1000:g} s (setting startup_timeout, "
-                                   f"--startup-timeout / SLIDINGWINDOW_STARTUP_TIMEOUT): "
-                                   f"{str(e.__cause__ or e).splitlines()[0]}") from None
-            logger.warning("Kafka at %s does not answer yet; retrying for %.0f s more (startup_timeout)",
-                           settings.bootstrap_servers, remaining)
+                raise ServiceError(
+                    f"cannot reach Kafka at {settings.bootstrap_servers} within "
+                    f"{settings.startup_timeout / 1000:g} s (setting startup_timeout, "
+                    f"--startup-timeout / SLIDINGWINDOW_STARTUP_TIMEOUT): "
+                    f"{str(e.__cause__ or e).splitlines()[0]}"
+                ) from None
+            logger.warning(
+                "Kafka at %s does not answer yet; retrying for %.0f s more (startup_timeout)",
+                settings.bootstrap_servers,
+                remaining,
+            )
             sleep(min(backoff, remaining))
             backoff = min(backoff * 2, 5.0)
             continue
@@ -110,8 +121,9 @@ def wait_for_inputs(settings: Settings, sleep: Callable[[float], None] = time.sl
             return parts
         now = time.monotonic()
         if now - last_log >= WAIT_LOG_EVERY:
-            logger.warning("input topic(s) %s do not exist; waiting for them to be created (Ctrl-C to stop)",
-                           ", ".join(missing))
+            logger.warning(
+                "input topic(s) %s do not exist; waiting for them to be created (Ctrl-C to stop)", ", ".join(missing)
+            )
             last_log = now
         deadline = now + settings.startup_timeout / 1000  # Kafka answered: its clock starts again
         sleep(1.0)
@@ -123,9 +135,10 @@ def _prepare_outputs(settings: Settings, client: dict[str, str], parts: dict[str
 
     if settings.create_topics:
         n = settings.topic_partitions or max(parts.values(), default=1)
-        specs = [TopicSpec(settings.changelog_topic, n, settings.replication_factor,
-                           {"cleanup.policy": "compact"}),
-                 TopicSpec(settings.dead_letter_topic, n, settings.replication_factor)]
+        specs = [
+            TopicSpec(settings.changelog_topic, n, settings.replication_factor, {"cleanup.policy": "compact"}),
+            TopicSpec(settings.dead_letter_topic, n, settings.replication_factor),
+        ]
         if settings.late_topic:
             specs.append(TopicSpec(settings.late_topic, n, settings.replication_factor))
         ensure_topics(client, specs)
@@ -139,8 +152,9 @@ def _prepare_outputs(settings: Settings, client: dict[str, str], parts: dict[str
             if settings.changelog_key_format == "avro":
                 key_id = reg.register(f"{settings.changelog_topic}-key", changelog_key_schema())
             if settings.changelog_format == "avro":
-                value_id = reg.register(f"{settings.changelog_topic}-value",
-                                        changelog_value_schema(settings.aggregations))
+                value_id = reg.register(
+                    f"{settings.changelog_topic}-value", changelog_value_schema(settings.aggregations)
+                )
         except Exception as e:
             raise ServiceError(f"cannot register the changelog schemas at {settings.schema_registry_url}: {e}") from e
         finally:
@@ -188,8 +202,29 @@ def _report(progress: Any, lag: metrics.LagPoller | None = None, late_topic: boo
     )
 
 
-def _listener(on_batch: Callable[[BatchReport], None], lag: metrics.LagPoller | None = None,
-              late_topic: bool = True):
+def processed_offsets(progress_json: str) -> dict[tuple[str, int], int]:
+    """``{(topic, partition): next offset}`` the micro-batch of a query progress (its JSON) read up to."""
+    out: dict[tuple[str, int], int] = {}
+    for src in json.loads(progress_json).get("sources") or []:
+        end = src.get("endOffset")
+        if isinstance(end, str):
+            try:
+                end = json.loads(end)
+            except ValueError:
+                continue
+        if isinstance(end, dict):
+            for topic, parts in end.items():
+                if isinstance(parts, dict):
+                    out.update({(str(topic), int(p)): int(o) for p, o in parts.items()})
+    return out
+
+
+def _listener(
+    on_batch: Callable[[BatchReport], None],
+    lag: metrics.LagPoller | None = None,
+    late_topic: bool = True,
+    committer: Any = None,
+) -> StreamingQueryListener:
     from pyspark.sql.streaming import StreamingQueryListener
 
     class Listener(StreamingQueryListener):
@@ -202,6 +237,11 @@ def _listener(on_batch: Callable[[BatchReport], None], lag: metrics.LagPoller | 
             except Exception:  # never let reporting kill the listener bus
                 logger.exception("cannot read query progress")
                 return
+            if committer is not None:  # at_least_once: the group's offsets for lag tooling, after the batch
+                try:
+                    committer.commit(processed_offsets(event.progress.json))
+                except Exception:  # monitoring only
+                    logger.warning("cannot commit the processed offsets", exc_info=True)
             if report.records or report.changelog:
                 on_batch(report)
 
@@ -223,7 +263,7 @@ def _failure_line(text: str) -> str:
     lines = text.splitlines()
     for line in lines:
         if "ProcessingFailure: " in line:
-            return line[line.index("ProcessingFailure: ") + len("ProcessingFailure: "):].strip()
+            return line[line.index("ProcessingFailure: ") + len("ProcessingFailure: ") :].strip()
     return lines[0] if lines else ""
 
 
@@ -245,12 +285,20 @@ def run(
     metrics.serve(settings.metrics_port)  # first: a port in use is one line, before any wait
     config = prepare(settings)
     spark = build_spark(settings)
-    logger.info("Spark %s session ready in %.1fs (master %s)", spark.version, time.monotonic() - t0,
-                settings.spark_master)
+    logger.info(
+        "Spark %s session ready in %.1fs (master %s)", spark.version, time.monotonic() - t0, settings.spark_master
+    )
     lag = metrics.LagPoller(settings.kafka_client_config()).start() if settings.metrics_port else None
-    spark.streams.addListener(_listener(on_batch or (lambda r: logger.info("%s", r.line())), lag,
-                                        bool(settings.late_topic)))
+    committer = None
+    if settings.processing_guarantee != "exactly_once":  # exactly_once commits them in each task's transaction
+        from connectors.transactions import GroupCommitter
+
+        committer = GroupCommitter(settings.kafka_client_config(), settings.app_name)
+    spark.streams.addListener(
+        _listener(on_batch or (lambda r: logger.info("%s", r.line())), lag, bool(settings.late_topic), committer)
+    )
     if install_signal_handlers and threading.current_thread() is threading.main_thread():
+
         def _stop(signum: int, _frame: Any) -> None:
             logger.info("signal %d: stopping after the current micro-batch", signum)
             stop.set()
@@ -258,18 +306,26 @@ def run(
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
     query = start_query(spark, settings, config)
-    logger.info("streaming %s -> %s (emit %s, td %d ms, grace %d ms), checkpoint %s",
-                ",".join(settings.input_topics), settings.changelog_topic, settings.emit,
-                settings.time_difference_ms, settings.grace_ms, settings.checkpoint_dir)
+    logger.info(
+        "streaming %s -> %s (emit %s, td %d ms, grace %d ms), checkpoint %s",
+        ",".join(settings.input_topics),
+        settings.changelog_topic,
+        settings.emit,
+        settings.time_difference_ms,
+        settings.grace_ms,
+        settings.checkpoint_dir,
+    )
     try:
         while not stop.is_set() and query.isActive:
-            query.awaitTermination(0.5)
+            query.awaitTermination(0.5)  # type: ignore[arg-type]  # pyspark annotates int; it takes seconds as float
     finally:
         if query.isActive:
             query.stop()
     exc = query.exception()
     if lag is not None:
         lag.stop()
+    if committer is not None:
+        committer.close()
     spark.stop()
     if exc is not None:
         logger.error("the streaming query failed: %s", _failure_line(str(exc)) or exc)

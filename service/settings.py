@@ -14,12 +14,24 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.security import NO_SECRET, SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaSecurity, Secret, read_secret
 
-__all__ = ["Settings", "SettingsError", "SETTINGS", "ENV_PREFIX", "parse_duration_ms", "add_arguments", "from_args",
-           "load", "join_negative_values"]
+if TYPE_CHECKING:
+    from windowstore import Aggregation, SlidingWindows
+
+__all__ = [
+    "Settings",
+    "SettingsError",
+    "SETTINGS",
+    "ENV_PREFIX",
+    "parse_duration_ms",
+    "add_arguments",
+    "from_args",
+    "load",
+    "join_negative_values",
+]
 
 ENV_PREFIX = "SLIDINGWINDOW_"
 
@@ -31,6 +43,7 @@ STARTING_OFFSETS = ("earliest", "latest")
 SINKS = ("spark", "direct")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 PROCESSING_EXCEPTION_HANDLERS = ("continue", "fail")
+PROCESSING_GUARANTEES = ("at_least_once", "exactly_once")
 
 
 class SettingsError(ValueError):
@@ -151,8 +164,10 @@ def _aggregations(text: str) -> str:
     for part in t.split(","):
         kind, _, name = part.partition(":")
         if kind.strip().lower() != "count" and not name.strip():
-            raise ValueError(f"{part!r} needs the value field it reads: {kind.strip()}:FIELD "
-                             f"(e.g. {kind.strip()}:amount); only count takes none")
+            raise ValueError(
+                f"{part!r} needs the value field it reads: {kind.strip()}:FIELD "
+                f"(e.g. {kind.strip()}:amount); only count takes none"
+            )
     return t
 
 
@@ -210,8 +225,13 @@ class _Spec:
     show: Callable[[Any], str] | None = None
 
 
-def _s(default: Any, parse: Callable[[Any], Any], help: str, metavar: str | None = None,
-       show: Callable[[Any], str] | None = None) -> Any:
+def _s(
+    default: Any,
+    parse: Callable[[Any], Any],
+    help: str,
+    metavar: str | None = None,
+    show: Callable[[Any], str] | None = None,
+) -> Any:
     return field(default=default, metadata={"spec": _Spec(default, parse, help, metavar, show)})
 
 
@@ -222,131 +242,245 @@ class Settings:
 
     # Kafka
     bootstrap_servers: str = _s("localhost:9092", _nonempty, "Kafka bootstrap servers (host:port,...)", "HOSTS")
-    input_topics: tuple[str, ...] = _s(("events",), _topics, "input topic(s), comma-separated", "TOPICS",
-                                       show=",".join)
-    changelog_topic: str = _s("events-windows", _topic, "output changelog topic (one record per window update)",
-                              "TOPIC")
-    late_topic: str = _s("events-late", _optional_topic,
-                         "topic for records dropped as late (R8); empty: count only", "TOPIC")
+    input_topics: tuple[str, ...] = _s(("events",), _topics, "input topic(s), comma-separated", "TOPICS", show=",".join)
+    changelog_topic: str = _s(
+        "events-windows", _topic, "output changelog topic (one record per window update)", "TOPIC"
+    )
+    late_topic: str = _s(
+        "events-late", _optional_topic, "topic for records dropped as late (R8); empty: count only", "TOPIC"
+    )
     dead_letter_topic: str = _s("events-dlq", _topic, "topic for undecodable/invalid records", "TOPIC")
-    starting_offsets: str = _s("earliest", _choice(STARTING_OFFSETS),
-                               "where a NEW checkpoint starts reading (a restart resumes from the checkpoint)")
+    starting_offsets: str = _s(
+        "earliest",
+        _choice(STARTING_OFFSETS),
+        "where a NEW checkpoint starts reading (a restart resumes from the checkpoint)",
+    )
     max_offsets_per_trigger: int = _s(0, _int(0), "max records per micro-batch (0: no limit)", "N")
-    kafka_options: tuple[tuple[str, str], ...] = _s((), _kafka_options,
-                                                    "extra Kafka client settings for source, sink and admin "
-                                                    "(k=v,k=v, librdkafka names; TLS/SASL: kafka_security_* etc.)",
-                                                    "K=V,...",
-                                                    show=lambda v: ",".join(f"{k}={x}" for k, x in v))
-    source_options: tuple[tuple[str, str], ...] = _s((), _kafka_options,
-                                                     "extra options of Spark's Kafka source only (k=v,k=v; "
-                                                     "kafka.* go to its consumer), over the service's defaults "
-                                                     "kafka.fetch.max.wait.ms=10", "K=V,...",
-                                                     show=lambda v: ",".join(f"{k}={x}" for k, x in v))
-    sink: str = _s("direct", _choice(SINKS),
-                   "how output records reach Kafka: spark = Spark's Kafka sink (rows go through the JVM); direct = "
-                   "each Python worker produces them with confluent-kafka and waits for every acknowledgement "
-                   "before its micro-batch completes (at-least-once like the sink; kafka_options apply)")
-    batch_produce: bool = _s(True, _bool, "sink=direct: hand the changelog rows to librdkafka a block at a time "
-                             "(rd_kafka_produce_batch; falls back to one produce() call per row when the library "
-                             "cannot be loaded); false: one produce() call per row")
+    kafka_options: tuple[tuple[str, str], ...] = _s(
+        (),
+        _kafka_options,
+        "extra Kafka client settings for source, sink and admin "
+        "(k=v,k=v, librdkafka names; TLS/SASL: kafka_security_* etc.)",
+        "K=V,...",
+        show=lambda v: ",".join(f"{k}={x}" for k, x in v),
+    )
+    source_options: tuple[tuple[str, str], ...] = _s(
+        (),
+        _kafka_options,
+        "extra options of Spark's Kafka source only (k=v,k=v; "
+        "kafka.* go to its consumer), over the service's defaults "
+        "kafka.fetch.max.wait.ms=10",
+        "K=V,...",
+        show=lambda v: ",".join(f"{k}={x}" for k, x in v),
+    )
+    sink: str = _s(
+        "direct",
+        _choice(SINKS),
+        "how output records reach Kafka: spark = Spark's Kafka sink (rows go through the JVM); direct = "
+        "each Python worker produces them with confluent-kafka and waits for every acknowledgement "
+        "before its micro-batch completes (at-least-once like the sink; kafka_options apply)",
+    )
+    batch_produce: bool = _s(
+        True,
+        _bool,
+        "sink=direct: hand the changelog rows to librdkafka a block at a time "
+        "(rd_kafka_produce_batch; falls back to one produce() call per row when the library "
+        "cannot be loaded); false: one produce() call per row",
+    )
     create_topics: bool = _s(True, _bool, "create missing output topics at start (changelog compacted)")
     topic_partitions: int = _s(0, _int(0), "partitions of created output topics (0: as many as the input)", "N")
     replication_factor: int = _s(1, _int(1), "replication factor of created output topics", "N")
 
     # Kafka security (connectors.security writes them in each client's dialect: librdkafka, Java, Schema Registry)
-    kafka_security_protocol: str = _s("", _security_protocol,
-                                      "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (empty: SASL_SSL when a SASL "
-                                      "mechanism and a CA are set, SSL with only TLS files, else PLAINTEXT)",
-                                      "PROTOCOL")
-    kafka_sasl_mechanism: str = _s("", _sasl_mechanism, "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
-                                   "MECHANISM")
+    kafka_security_protocol: str = _s(
+        "",
+        _security_protocol,
+        "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (empty: SASL_SSL when a SASL "
+        "mechanism and a CA are set, SSL with only TLS files, else PLAINTEXT)",
+        "PROTOCOL",
+    )
+    kafka_sasl_mechanism: str = _s(
+        "", _sasl_mechanism, "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", "MECHANISM"
+    )
     kafka_sasl_username: str = _s("", _str, "SASL user name", "USER")
-    kafka_sasl_password: Secret = _s(NO_SECRET, read_secret, "SASL password (secret, never shown: set the "  # noqa: RUF009
-                                     "environment variable, or file:PATH / env:NAME to read it from a file or "
-                                     "another variable)", "SECRET", show=_show_secret)
-    kafka_ssl_ca_location: str = _s("", _str, "CA certificate(s) (PEM file) the broker certificates are checked "
-                                    "against (empty: the system's trust store)", "FILE")
+    kafka_sasl_password: Secret = _s(
+        NO_SECRET,
+        read_secret,
+        "SASL password (secret, never shown: set the "
+        "environment variable, or file:PATH / env:NAME to read it from a file or "
+        "another variable)",
+        "SECRET",
+        show=_show_secret,
+    )
+    kafka_ssl_ca_location: str = _s(
+        "",
+        _str,
+        "CA certificate(s) (PEM file) the broker certificates are checked against (empty: the system's trust store)",
+        "FILE",
+    )
     kafka_ssl_certificate_location: str = _s("", _str, "client certificate (PEM file) for mutual TLS", "FILE")
     kafka_ssl_key_location: str = _s("", _str, "client private key (PEM file, PKCS#8) for mutual TLS", "FILE")
-    kafka_ssl_key_password: Secret = _s(NO_SECRET, read_secret, "password of an encrypted client key (secret, "  # noqa: RUF009
-                                        "like kafka_sasl_password)", "SECRET", show=_show_secret)
-    kafka_ssl_endpoint_identification: bool = _s(True, _bool, "check that the broker certificate names the host "
-                                                 "connected to (false only for test clusters)")
-    schema_registry_basic_auth: Secret = _s(NO_SECRET, read_secret, "Schema Registry credentials user:password "  # noqa: RUF009
-                                            "(secret, like kafka_sasl_password; the registry's TLS uses "
-                                            "kafka_ssl_ca_location and the client certificate)", "SECRET",
-                                            show=_show_secret)
+    kafka_ssl_key_password: Secret = _s(
+        NO_SECRET,
+        read_secret,
+        "password of an encrypted client key (secret, like kafka_sasl_password)",
+        "SECRET",
+        show=_show_secret,
+    )
+    kafka_ssl_endpoint_identification: bool = _s(
+        True, _bool, "check that the broker certificate names the host connected to (false only for test clusters)"
+    )
+    schema_registry_basic_auth: Secret = _s(
+        NO_SECRET,
+        read_secret,
+        "Schema Registry credentials user:password "
+        "(secret, like kafka_sasl_password; the registry's TLS uses "
+        "kafka_ssl_ca_location and the client certificate)",
+        "SECRET",
+        show=_show_secret,
+    )
 
     # Formats
     input_format: str = _s("json", _choice(INPUT_FORMATS), "input value format")
     changelog_format: str = _s("avro", _choice(OUTPUT_FORMATS), "changelog value format")
-    changelog_key_format: str = _s("avro", _choice(KEY_FORMATS),
-                                   "changelog key format: avro/json record (key, window_start, window_end), "
-                                   "windowed = Kafka Streams TimeWindowedSerializer bytes (UTF-8 key + 8-byte "
-                                   "big-endian start), string = key|start|end")
-    schema_registry_url: str = _s("http://localhost:8081", _str, "Schema Registry URL (needed when any format is avro)", "URL")
-    key_field: str = _s("", _field_name, "value field holding the aggregation key (empty: the Kafka record key)",
-                        "FIELD")
-    timestamp_field: str = _s("", _field_name,
-                              "value field holding the event time in epoch ms (empty: the Kafka record timestamp)",
-                              "FIELD")
+    changelog_key_format: str = _s(
+        "avro",
+        _choice(KEY_FORMATS),
+        "changelog key format: avro/json record (key, window_start, window_end), "
+        "windowed = Kafka Streams TimeWindowedSerializer bytes (UTF-8 key + 8-byte "
+        "big-endian start), string = key|start|end",
+    )
+    schema_registry_url: str = _s(
+        "http://localhost:8081", _str, "Schema Registry URL (needed when any format is avro)", "URL"
+    )
+    key_field: str = _s(
+        "", _field_name, "value field holding the aggregation key (empty: the Kafka record key)", "FIELD"
+    )
+    timestamp_field: str = _s(
+        "", _field_name, "value field holding the event time in epoch ms (empty: the Kafka record timestamp)", "FIELD"
+    )
 
     # Windows
-    aggregations: str = _s("count", _aggregations,
-                           "aggregations over value fields, e.g. count,sum:amount,max:amount", "SPEC")
-    time_difference: int = _s(60_000, parse_duration_ms, "sliding window time difference (window size)",
-                                 "DURATION", show=_format_duration)
-    grace: int = _s(0, parse_duration_ms, "grace period after a window's end", "DURATION",
-                       show=_format_duration)
-    emit: str = _s("update", _choice(EMIT_MODES),
-                   "update: last value per changed window per micro-batch; every: every window write; "
-                   "close: one final record per window")
+    aggregations: str = _s(
+        "count", _aggregations, "aggregations over value fields, e.g. count,sum:amount,max:amount", "SPEC"
+    )
+    time_difference: int = _s(
+        60_000, parse_duration_ms, "sliding window time difference (window size)", "DURATION", show=_format_duration
+    )
+    grace: int = _s(0, parse_duration_ms, "grace period after a window's end", "DURATION", show=_format_duration)
+    emit: str = _s(
+        "update",
+        _choice(EMIT_MODES),
+        "update: last value per changed window per micro-batch; every: every window write; "
+        "close: one final record per window",
+    )
 
     # Spark
     spark_master: str = _s("local[*]", _nonempty, "Spark master URL", "URL")
-    trigger_interval: int = _s(1000, parse_duration_ms, "micro-batch trigger interval (0: as fast as possible)",
-                                  "DURATION", show=_format_duration)
-    checkpoint_dir: str = _s("var/checkpoint", _nonempty,
-                             "checkpoint directory (offsets + RocksDB state; reuse it to resume)", "DIR")
-    state_partitions: int = _s(4, _int(1),
-                               "stateful tasks (spark.sql.shuffle.partitions; frozen into the checkpoint)", "N")
-    balance_tasks: bool = _s(True, _bool, "spread the input partitions evenly over the state partitions (adds a "
-                             "slot to the state key; fixed when a checkpoint is created, older checkpoints keep "
-                             "running without it)")
-    state_buckets: int = _s(256, _int(1), "key buckets per task in the state store (one state entry each; "
-                            "fixed when a checkpoint is created)", "N")
-    state_snapshot_every: int = _s(16, _int(1), "write a task's key buckets every N-th micro-batch; the batches "
-                                   "in between write only their input records as a log entry, replayed on "
-                                   "restore and by a worker that is behind (1: every batch rewrites the buckets; "
-                                   "with state_cache off every batch replays the log, so keep N small there)", "N")
-    state_cache: bool = _s(True, _bool, "keep each task's windows in the Python worker between micro-batches "
-                                        "(validated against the state store; false: always read the store)")
-    state_log_share: bool = _s(False, _bool, "also leave each task batch's log entry in a local temp directory, so "
-                               "an idle Python worker on the same machine replays the batches another worker ran "
-                               "(from a new task's first batch on) and is up to date when Spark hands it the task "
-                               "(needs state_cache; with task_owners on it only doubles the window work)")
-    task_owners: bool = _s(True, _bool, "run each task's batches in the Python worker that holds its windows: a "
-                           "worker Spark hands another worker's task forwards the batch to it over a local socket "
-                           "(Linux; needs state_cache; service.owners)")
-    fast_input: bool = _s(True, _bool, "Python workers regroup the processor's input a key run at a time "
-                          "(Spark starts them from service.python_daemon / service.python_worker; pyspark's own "
-                          "path walks the input row by row); false: pyspark's daemon and worker unchanged")
+    trigger_interval: int = _s(
+        1000,
+        parse_duration_ms,
+        "micro-batch trigger interval (0: as fast as possible)",
+        "DURATION",
+        show=_format_duration,
+    )
+    checkpoint_dir: str = _s(
+        "var/checkpoint", _nonempty, "checkpoint directory (offsets + RocksDB state; reuse it to resume)", "DIR"
+    )
+    state_partitions: int = _s(
+        4, _int(1), "stateful tasks (spark.sql.shuffle.partitions; frozen into the checkpoint)", "N"
+    )
+    balance_tasks: bool = _s(
+        True,
+        _bool,
+        "spread the input partitions evenly over the state partitions (adds a "
+        "slot to the state key; fixed when a checkpoint is created, older checkpoints keep "
+        "running without it)",
+    )
+    state_buckets: int = _s(
+        256,
+        _int(1),
+        "key buckets per task in the state store (one state entry each; fixed when a checkpoint is created)",
+        "N",
+    )
+    state_snapshot_every: int = _s(
+        16,
+        _int(1),
+        "write a task's key buckets every N-th micro-batch; the batches "
+        "in between write only their input records as a log entry, replayed on "
+        "restore and by a worker that is behind (1: every batch rewrites the buckets; "
+        "with state_cache off every batch replays the log, so keep N small there)",
+        "N",
+    )
+    state_cache: bool = _s(
+        True,
+        _bool,
+        "keep each task's windows in the Python worker between micro-batches "
+        "(validated against the state store; false: always read the store)",
+    )
+    state_log_share: bool = _s(
+        False,
+        _bool,
+        "also leave each task batch's log entry in a local temp directory, so "
+        "an idle Python worker on the same machine replays the batches another worker ran "
+        "(from a new task's first batch on) and is up to date when Spark hands it the task "
+        "(needs state_cache; with task_owners on it only doubles the window work)",
+    )
+    task_owners: bool = _s(
+        True,
+        _bool,
+        "run each task's batches in the Python worker that holds its windows: a "
+        "worker Spark hands another worker's task forwards the batch to it over a local socket "
+        "(Linux; needs state_cache; service.owners)",
+    )
+    fast_input: bool = _s(
+        True,
+        _bool,
+        "Python workers regroup the processor's input a key run at a time "
+        "(Spark starts them from service.python_daemon / service.python_worker; pyspark's own "
+        "path walks the input row by row); false: pyspark's daemon and worker unchanged",
+    )
     app_name: str = _s("slidingwindow", _nonempty, "Spark application name", "NAME")
-    spark_conf: tuple[tuple[str, str], ...] = _s((), _kafka_options, "extra Spark settings (k=v,k=v)", "K=V,...",
-                                                 show=lambda v: ",".join(f"{k}={x}" for k, x in v))
+    spark_conf: tuple[tuple[str, str], ...] = _s(
+        (),
+        _kafka_options,
+        "extra Spark settings (k=v,k=v)",
+        "K=V,...",
+        show=lambda v: ",".join(f"{k}={x}" for k, x in v),
+    )
 
     # Operations
     metrics_port: int = _s(9108, _port, "Prometheus /metrics port on the driver (0: off)", "PORT")
     log_level: str = _s("INFO", _choice(LOG_LEVELS, upper=True), "log level")
-    startup_timeout: int = _s(60_000, parse_duration_ms, "how long to wait at start for Kafka to answer (a "
-                              "log line every few seconds; compose may start the service before the broker), "
-                              "then exit with one line", "DURATION", show=_format_duration)
+    startup_timeout: int = _s(
+        60_000,
+        parse_duration_ms,
+        "how long to wait at start for Kafka to answer (a "
+        "log line every few seconds; compose may start the service before the broker), "
+        "then exit with one line",
+        "DURATION",
+        show=_format_duration,
+    )
     processing_exception_handler: str = _s(
-        "continue", _choice(PROCESSING_EXCEPTION_HANDLERS),
+        "continue",
+        _choice(PROCESSING_EXCEPTION_HANDLERS),
         "when processing a task's micro-batch raises (a bug, not a bad record: those are dead-lettered at "
         "decode): continue = re-run the batch record by record, dead-letter the records that raise (error "
         "processing-error, the exception in headers) and aggregate the rest; fail = stop the query, naming the "
-        "partition and offset of the record that raised (Kafka Streams' processing.exception.handler)")
+        "partition and offset of the record that raised (Kafka Streams' processing.exception.handler)",
+    )
+    processing_guarantee: str = _s(
+        "at_least_once",
+        _choice(PROCESSING_GUARANTEES),
+        "{at_least_once,exactly_once} (Kafka Streams' processing.guarantee). "
+        "at_least_once: a micro-batch replayed after a crash may write its output "
+        "again; exactly_once: each task's micro-batch writes its output and commits its "
+        "input offset to the group app_name in one Kafka transaction, input is read "
+        "read_committed, consumers read read_committed (needs sink=direct and a broker "
+        "with transactions; app_name must be unique per deployment: it names the "
+        "group and the transactional ids). Both commit the input offsets to the group "
+        "app_name (lag in kafka-consumer-groups.sh)",
+    )
 
     # ------------------------------------------------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -367,8 +501,9 @@ class Settings:
         if avro and not self.schema_registry_url:
             raise SettingsError("schema_registry_url", f"required because {', '.join(avro)} is avro")
         if self.schema_registry_url and not re.match(r"^https?://", self.schema_registry_url):
-            raise SettingsError("schema_registry_url", f"must start with http:// or https://, got "
-                                                       f"{self.schema_registry_url!r}")
+            raise SettingsError(
+                "schema_registry_url", f"must start with http:// or https://, got {self.schema_registry_url!r}"
+            )
         outputs = [self.changelog_topic, self.dead_letter_topic] + ([self.late_topic] if self.late_topic else [])
         for name in ("changelog_topic", "late_topic", "dead_letter_topic"):
             t = getattr(self, name)
@@ -380,6 +515,10 @@ class Settings:
             raise SettingsError("time_difference", "must be positive (a window spans at least 1 ms)")
         if self.key_field and self.key_field == self.timestamp_field:
             raise SettingsError("timestamp_field", "must differ from key_field")
+        if self.processing_guarantee == "exactly_once" and self.sink != "direct":
+            raise SettingsError(
+                "processing_guarantee", "exactly_once needs sink=direct (Spark's Kafka sink cannot write transactions)"
+            )
 
     @property
     def time_difference_ms(self) -> int:
@@ -394,12 +533,12 @@ class Settings:
         return self.trigger_interval
 
     @property
-    def windows(self):  # -> windowstore.SlidingWindows
+    def windows(self) -> SlidingWindows:
         from windowstore import SlidingWindows
 
         return SlidingWindows(self.time_difference_ms, self.grace_ms)
 
-    def aggregation(self):  # -> windowstore.Aggregation (a new instance)
+    def aggregation(self) -> Aggregation:  # a new instance
         from windowstore import parse_aggregations
 
         return parse_aggregations(self.aggregations)
@@ -410,13 +549,17 @@ class Settings:
 
     def kafka_security(self) -> KafkaSecurity:
         """The ``kafka_security_*``/``kafka_sasl_*``/``kafka_ssl_*`` settings as one :class:`KafkaSecurity`."""
-        return KafkaSecurity(protocol=self.kafka_security_protocol, sasl_mechanism=self.kafka_sasl_mechanism,
-                             sasl_username=self.kafka_sasl_username, sasl_password=self.kafka_sasl_password,
-                             ssl_ca_location=self.kafka_ssl_ca_location,
-                             ssl_certificate_location=self.kafka_ssl_certificate_location,
-                             ssl_key_location=self.kafka_ssl_key_location,
-                             ssl_key_password=self.kafka_ssl_key_password,
-                             ssl_endpoint_identification=self.kafka_ssl_endpoint_identification)
+        return KafkaSecurity(
+            protocol=self.kafka_security_protocol,
+            sasl_mechanism=self.kafka_sasl_mechanism,
+            sasl_username=self.kafka_sasl_username,
+            sasl_password=self.kafka_sasl_password,
+            ssl_ca_location=self.kafka_ssl_ca_location,
+            ssl_certificate_location=self.kafka_ssl_certificate_location,
+            ssl_key_location=self.kafka_ssl_key_location,
+            ssl_key_password=self.kafka_ssl_key_password,
+            ssl_endpoint_identification=self.kafka_ssl_endpoint_identification,
+        )
 
     def rdkafka_options(self) -> tuple[tuple[str, str], ...]:
         """librdkafka settings of the security settings, then ``kafka_options`` (which win)."""
@@ -428,10 +571,11 @@ class Settings:
 
     def schema_registry_config(self) -> tuple[tuple[str, str], ...]:
         """``SchemaRegistryClient`` settings besides the URL (TLS files for https, basic auth)."""
-        return tuple(self.kafka_security().schema_registry(self.schema_registry_url,
-                                                           self.schema_registry_basic_auth).items())
+        return tuple(
+            self.kafka_security().schema_registry(self.schema_registry_url, self.schema_registry_basic_auth).items()
+        )
 
-    def replace(self, **changes: Any) -> "Settings":
+    def replace(self, **changes: Any) -> Settings:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
         return Settings(**values)
@@ -445,7 +589,7 @@ SETTINGS = tuple(f.name for f in fields(Settings))
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per setting; the help shows the default and the environment variable."""
-    groups: dict[str, argparse._ArgumentGroup] = {}
+    groups: dict[str | None, argparse._ArgumentGroup] = {}
     section = None
     for f in fields(Settings):
         spec: _Spec = f.metadata["spec"]
@@ -456,11 +600,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             default = str(default).lower()
         env = ENV_PREFIX + f.name.upper()
         flag = "--" + f.name.replace("_", "-")
-        kwargs: dict[str, Any] = {"dest": f.name, "default": None, "metavar": spec.metavar,
-                                  "help": f"{spec.help} (default: {default!s} | env {env})"}
-        choices = {"starting_offsets": STARTING_OFFSETS, "input_format": INPUT_FORMATS,
-                   "changelog_format": OUTPUT_FORMATS, "changelog_key_format": KEY_FORMATS, "emit": EMIT_MODES,
-                   "sink": SINKS, "processing_exception_handler": PROCESSING_EXCEPTION_HANDLERS}
+        kwargs: dict[str, Any] = {
+            "dest": f.name,
+            "default": None,
+            "metavar": spec.metavar,
+            "help": f"{spec.help} (default: {default!s} | env {env})",
+        }
+        choices = {
+            "starting_offsets": STARTING_OFFSETS,
+            "input_format": INPUT_FORMATS,
+            "changelog_format": OUTPUT_FORMATS,
+            "changelog_key_format": KEY_FORMATS,
+            "emit": EMIT_MODES,
+            "sink": SINKS,
+            "processing_exception_handler": PROCESSING_EXCEPTION_HANDLERS,
+        }
         if f.name in choices:
             kwargs["metavar"] = "{" + ",".join(choices[f.name]) + "}"
         if f.type in (bool, "bool"):
@@ -468,8 +622,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         group.add_argument(flag, **kwargs)
 
 
-_SECTIONS = {"bootstrap_servers": "Kafka", "input_format": "formats", "aggregations": "windows",
-             "spark_master": "Spark", "metrics_port": "operations"}
+_SECTIONS = {
+    "bootstrap_servers": "Kafka",
+    "input_format": "formats",
+    "aggregations": "windows",
+    "spark_master": "Spark",
+    "metrics_port": "operations",
+}
 
 
 _SECTIONS["kafka_security_protocol"] = "Kafka security"
@@ -500,8 +659,13 @@ def join_negative_values(argv: Sequence[str]) -> list[str]:
     i = 0
     while i < len(args):
         a = args[i]
-        if a.startswith("--") and "=" not in a and a != "--" and i + 1 < len(args) and \
-                _NEGATIVE_VALUE.match(args[i + 1]):
+        if (
+            a.startswith("--")
+            and "=" not in a
+            and a != "--"
+            and i + 1 < len(args)
+            and _NEGATIVE_VALUE.match(args[i + 1])
+        ):
             out.append(f"{a}={args[i + 1]}")
             i += 2
             continue

@@ -138,8 +138,9 @@ def put(spool_id: str, topic: str, partition: int, applied_to: str, new_token: s
     except OSError as e:
         if not _warned:
             _warned = True
-            logger.warning("cannot share state log entries through %s (%s); workers catch up from the state "
-                           "store instead", d, e)
+            logger.warning(
+                "cannot share state log entries through %s (%s); workers catch up from the state store instead", d, e
+            )
         return False
     # the entry is in place; removing old ones is housekeeping, and its failures are not the entry's
     cutoff = time.time() - KEEP_SECONDS

@@ -8,7 +8,7 @@ them).
 ``run``             the streaming service (:mod:`service.cli`; every setting a flag or ``SLIDINGWINDOW_*``)
 ``check-settings``  validate the settings and print them (:mod:`service.cli`)
 ``replay``          events (JSON lines on stdin) through one task, updates to stdout (:mod:`windowstore.replay`)
-``broker``          development Kafka broker: ``start|stop|status|run`` (:mod:`devtools.local_broker`)
+``broker``          development Kafka broker: ``start|stop|status|run`` (:mod:`devtools.broker_cli`)
 ``demo``            local broker + payments producer + the service + a live view (:mod:`devtools.demo`)
 ``jars``            resolve JVM artifact sets with Maven into the jar cache (:mod:`devtools.broker_jars`)
 ==================  =========================================================================================
@@ -38,7 +38,7 @@ def _replay(argv: list[str]) -> int:
 
 
 def _broker(argv: list[str]) -> int:
-    from devtools.local_broker import main
+    from devtools.broker_cli import main
 
     return main(argv[1:], prog=f"{PROG} broker")
 

@@ -105,8 +105,12 @@ def _use_testcontainers() -> bool:
     missing = _missing_docker_images(_testcontainers_images())
     if missing:
         reasons = "; ".join(f"{image}: {why}" for image, why in missing.items())
-        logger.warning("Kafka for tests: a Docker engine answers but images cannot be had (%s); using the local broker "
-                       "(set %s=docker to insist)", reasons, ENV_KAFKA_MODE)
+        logger.warning(
+            "Kafka for tests: a Docker engine answers but images cannot be had (%s); using the local broker "
+            "(set %s=docker to insist)",
+            reasons,
+            ENV_KAFKA_MODE,
+        )
         return False
     logger.info("Kafka for tests: testcontainers (Docker engine answers, images present)")
     return True

@@ -19,9 +19,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_windowstore_bench_prints_every_cell() -> None:
     run = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "windowstore_bench.py"), "--seconds", "0.01", "--records", "4000",
-         "--batch", "1000", "--keys", "4"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        [
+            sys.executable,
+            str(ROOT / "bench" / "windowstore_bench.py"),
+            "--seconds",
+            "0.01",
+            "--records",
+            "4000",
+            "--batch",
+            "1000",
+            "--keys",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
     )
     assert run.returncode == 0, run.stderr
     rows = [line.split() for line in run.stdout.splitlines() if line.startswith(("count ", "sum "))]
@@ -38,7 +51,10 @@ def test_changelog_encoding_bench_prints_every_format() -> None:
     encoders (an AssertionError would fail the run)."""
     run = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "changelog_encoding_bench.py"), "--rows", "300", "--repeat", "1"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
     )
     assert run.returncode == 0, run.stderr
     rows = [line for line in run.stdout.splitlines() if line.startswith(("json ", "avro ", "windowed "))]
@@ -51,9 +67,20 @@ def test_changelog_encoding_bench_prints_every_format() -> None:
 def test_record_path_bench_prints_every_mode_and_emits_the_same_updates() -> None:
     """Each line asserts that the bound and the generic step emitted identical updates."""
     run = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "record_path_bench.py"), "--records", "2000", "--keys", "20",
-         "--modes", "close,every,update"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        [
+            sys.executable,
+            str(ROOT / "bench" / "record_path_bench.py"),
+            "--records",
+            "2000",
+            "--keys",
+            "20",
+            "--modes",
+            "close,every,update",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
     )
     assert run.returncode == 0, run.stderr
     rows = [line.split() for line in run.stdout.splitlines() if line.startswith(("close ", "every ", "update "))]
@@ -65,9 +92,23 @@ def test_record_path_bench_prints_every_mode_and_emits_the_same_updates() -> Non
 def test_task_batch_bench_compares_two_trees() -> None:
     """Both trees run one task batch after one filling batch and the table gives their ratio (HEAD: a worktree)."""
     run = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "task_batch_bench.py"), "--rounds", "1", "--batches", "1", "--fill", "1",
-         "--against", "HEAD", "--keep-memory"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        [
+            sys.executable,
+            str(ROOT / "bench" / "task_batch_bench.py"),
+            "--rounds",
+            "1",
+            "--batches",
+            "1",
+            "--fill",
+            "1",
+            "--against",
+            "HEAD",
+            "--keep-memory",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
     )
     assert run.returncode == 0, run.stderr
     rows = [line.split("|")[1:-1] for line in run.stdout.splitlines() if line.startswith(("| this tree", "| HEAD"))]
@@ -84,7 +125,10 @@ def test_python_worker_bench_runs_both_workers() -> None:
     """Both workers in Spark over a small table; the bench itself asserts every row reached the processor."""
     run = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "python_worker_bench.py"), "--rows", "3000", "--rounds", "1"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     runs = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
@@ -96,10 +140,30 @@ def test_task_state_bench_times_batches_and_a_restart() -> None:
     """Tiny run of the task-state bench: one row per (workers, snapshot interval); the restart at the end replays
     the log entries written since the last snapshot (fewer than the interval)."""
     run = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "task_state_bench.py"), "--keys", "20", "--rate", "40",
-         "--batch-seconds", "2", "--warmup", "2", "--batches", "5", "--workers", "1", "--snapshot-every", "1,4",
-         "--repeat", "1"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        [
+            sys.executable,
+            str(ROOT / "bench" / "task_state_bench.py"),
+            "--keys",
+            "20",
+            "--rate",
+            "40",
+            "--batch-seconds",
+            "2",
+            "--warmup",
+            "2",
+            "--batches",
+            "5",
+            "--workers",
+            "1",
+            "--snapshot-every",
+            "1,4",
+            "--repeat",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
     )
     assert run.returncode == 0, run.stderr
     rows = [line.split() for line in run.stdout.splitlines() if line.split() and line.split()[0] == "1"]
@@ -135,10 +199,12 @@ def test_service_bench_drain_counts_more_micro_batches_than_spark_keeps_reports_
             self.stopped = False
 
         @property
-        def recentProgress(self) -> list:  # noqa: N802 - pyspark's name
+        def recentProgress(self) -> list:  # pyspark's name
             self.batches = min(self.batches + 2, 240)
-            return [SimpleNamespace(batchId=b, numInputRows=50, durationMs={"triggerExecution": 1000})
-                    for b in range(max(0, self.batches - 100), self.batches)]
+            return [
+                SimpleNamespace(batchId=b, numInputRows=50, durationMs={"triggerExecution": 1000})
+                for b in range(max(0, self.batches - 100), self.batches)
+            ]
 
         def exception(self) -> None:
             return None

@@ -23,7 +23,11 @@ ALLOWED_OUTSIDE_ENGINE = {
     "m._name",  # prometheus_client: a metric's registered name (service/metrics.py)
     "read_udfs._slidingwindow",  # pyspark worker patch marker (service/python_worker.py)
     "argparse._ArgumentGroup",  # argparse: the type of an argument group, for annotations (service/settings.py)
-    "broker._kafka_version",  # dev tooling: the local broker's version probe (connectors/local_broker.py)
+    "os._exit",  # the standard library's exit without clean-up (devtools/demo.py, after a fork)
+    # confluent_kafka's documented error codes for librdkafka's local errors (connectors/transactions.py)
+    "KafkaError._ALL_BROKERS_DOWN",
+    "KafkaError._TRANSPORT",
+    "KafkaError._RESOLVE",
 }
 #: Underscore names that are public API by convention: namedtuple's and ctypes' own
 CONVENTIONAL = {"_fields", "_asdict", "_replace", "_make", "_field_defaults", "_fields_"}

@@ -25,12 +25,35 @@ from .aggregations import (
 )
 from .processor import SlidingWindowProcessor
 from .store import Visibility, WindowStore
-from .updates import DropReason, DroppedRecord, EmitMode, ProcessorStats, WindowUpdate
+from .updates import DroppedRecord, DropReason, EmitMode, ProcessorStats, WindowUpdate
 from .windows import ConfigError, SlidingWindows
 
 __all__ = [
-    "Aggregation", "Collect", "Composite", "Count", "Field", "First", "InitializerAggregator", "Last", "Max",
-    "Mean", "Min", "Reduce", "StdDev", "Sum", "Variance", "parse_aggregation", "parse_aggregations",
-    "SlidingWindowProcessor", "Visibility", "WindowStore", "DropReason", "DroppedRecord", "EmitMode",
-    "ProcessorStats", "WindowUpdate", "ConfigError", "SlidingWindows",
+    "Aggregation",
+    "Collect",
+    "Composite",
+    "Count",
+    "Field",
+    "First",
+    "InitializerAggregator",
+    "Last",
+    "Max",
+    "Mean",
+    "Min",
+    "Reduce",
+    "StdDev",
+    "Sum",
+    "Variance",
+    "parse_aggregation",
+    "parse_aggregations",
+    "SlidingWindowProcessor",
+    "Visibility",
+    "WindowStore",
+    "DropReason",
+    "DroppedRecord",
+    "EmitMode",
+    "ProcessorStats",
+    "WindowUpdate",
+    "ConfigError",
+    "SlidingWindows",
 ]

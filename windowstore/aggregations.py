@@ -64,7 +64,7 @@ class Aggregation:
         accumulate = self.accumulate
         return lambda acc: accumulate(acc, value, key)
 
-    def _own_accumulate(self, cls: type) -> bool:
+    def _own_accumulate(self, cls: type[Aggregation]) -> bool:
         """Whether ``accumulate`` is ``cls``'s own (not overridden by a subclass): a built-in's ``bind`` may
         then inline it."""
         return type(self).accumulate is cls.accumulate
@@ -96,10 +96,10 @@ class Count(Aggregation):
     def bind(self, value: Any, key: Hashable = None) -> Callable[[Any], Any]:
         return _plus_one if self._own_accumulate(Count) else super().bind(value, key)
 
-    def combine(self, a: int, b: int) -> int:  # type: ignore[override]
+    def combine(self, a: int, b: int) -> int:
         return a + b
 
-    def deduct(self, a: int, b: int) -> int:  # type: ignore[override]
+    def deduct(self, a: int, b: int) -> int:
         return a - b
 
 
@@ -119,10 +119,10 @@ class Sum(Aggregation):
             return super().bind(value, key)
         return lambda acc: acc + value
 
-    def combine(self, a: Any, b: Any) -> Any:  # type: ignore[override]
+    def combine(self, a: Any, b: Any) -> Any:
         return a + b
 
-    def deduct(self, a: Any, b: Any) -> Any:  # type: ignore[override]
+    def deduct(self, a: Any, b: Any) -> Any:
         return a - b
 
 
@@ -142,7 +142,7 @@ class Min(Aggregation):
             return super().bind(value, key)
         return lambda acc: value if acc is None or value < acc else acc
 
-    def combine(self, a: Any, b: Any) -> Any:  # type: ignore[override]
+    def combine(self, a: Any, b: Any) -> Any:
         if a is None:
             return b
         if b is None:
@@ -166,7 +166,7 @@ class Max(Aggregation):
             return super().bind(value, key)
         return lambda acc: value if acc is None or value > acc else acc
 
-    def combine(self, a: Any, b: Any) -> Any:  # type: ignore[override]
+    def combine(self, a: Any, b: Any) -> Any:
         if a is None:
             return b
         if b is None:
@@ -193,10 +193,10 @@ class Mean(Aggregation):
             return super().bind(value, key)
         return lambda acc: (acc[0] + 1, acc[1] + value)
 
-    def combine(self, a: tuple[int, Any], b: tuple[int, Any]) -> tuple[int, Any]:  # type: ignore[override]
+    def combine(self, a: tuple[int, Any], b: tuple[int, Any]) -> tuple[int, Any]:
         return (a[0] + b[0], a[1] + b[1])
 
-    def deduct(self, a: tuple[int, Any], b: tuple[int, Any]) -> tuple[int, Any]:  # type: ignore[override]
+    def deduct(self, a: tuple[int, Any], b: tuple[int, Any]) -> tuple[int, Any]:
         return (a[0] - b[0], a[1] - b[1])
 
     def finish(self, acc: tuple[int, Any]) -> float | None:
@@ -224,7 +224,7 @@ class Variance(Aggregation):
         d = value - k
         return (n + 1, k, s + d, ss + d * d)
 
-    def combine(self, a: tuple, b: tuple) -> tuple:  # type: ignore[override]
+    def combine(self, a: tuple, b: tuple) -> tuple:
         if a[0] == 0:
             return b
         if b[0] == 0:
@@ -291,7 +291,7 @@ class Collect(Aggregation):
         return ()
 
     def accumulate(self, acc: tuple, value: Any, key: Hashable = None) -> tuple:
-        return acc + (value,)
+        return acc + (value,)  # noqa: RUF005 - ~40% faster than (*acc, value) (timeit), once per record
 
     def finish(self, acc: tuple) -> list:
         return list(acc)
@@ -357,7 +357,7 @@ class Field(Aggregation):
         if self.field is not None:
             try:
                 value = value[self.field]
-            except Exception:  # noqa: BLE001 - raised again by the step's first call, where accumulate raises it
+            except Exception:  # raised again by the step's first call, where accumulate raises it
                 return super().bind(value, key)
         return self.inner.bind(value, key)
 
@@ -414,8 +414,7 @@ def _plus_one(acc: int) -> int:
 
 
 BUILTINS: dict[str, type[Aggregation]] = {
-    cls.name: cls
-    for cls in (Count, Sum, Min, Max, Mean, Variance, StdDev, First, Last, Collect)
+    cls.name: cls for cls in (Count, Sum, Min, Max, Mean, Variance, StdDev, First, Last, Collect)
 }
 
 

@@ -22,8 +22,8 @@ All keys of a batch go through one vectorized pass (key k's timestamps at ``k * 
 the suffix of the state from ``lowest new ts - td - 1`` on can change; it is recomputed from R3 over the raw
 records (checked against the stored window starts: a mismatch sends the batch to the record path), the rest
 is kept as it is. A key's windows stay numpy columns between batches (``KeyWindows.cols``); the record path
-turns them back into entries when it touches the key. Results are buffered as columns too: ``flush_columns`` hands them out
-without a Python object per window.
+turns them back into entries when it touches the key. Results are buffered as columns too: ``flush_columns``
+hands them out without a Python object per window.
 
 Emit mode ``close`` (R26-R29) takes the same kernel: nothing is forwarded per write, the windows the batch
 creates join the not-yet-emitted ones (Kafka's time-ordered index, ``(start, key bytes)``), and after the batch

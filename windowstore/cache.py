@@ -88,10 +88,10 @@ def stamped_updates(state: EngineState, finish: Callable[[Any], Any] | None) -> 
             kw.gone = None
             continue
         for s, seq in kw.stamps.items():  # type: ignore[union-attr]
-            e = entries.get(s)
-            if e is None:
-                e = gone[s]  # type: ignore[index]
-            u = _new_update(WindowUpdate, (key, s, s + td, e[0] if finish is None else finish(e[0]), e[1], e[2]))
+            w = entries.get(s)
+            if w is None:
+                w = gone[s]  # type: ignore[index]  # written, then expired: kept in gone until this flush
+            u = _new_update(WindowUpdate, (key, s, s + td, w[0] if finish is None else finish(w[0]), w[1], w[2]))
             if slots is not None:
                 slots[seq - base] = u
             else:

@@ -316,10 +316,20 @@ def object_array(items: Sequence[Any]) -> np.ndarray:
 
 
 def exact_column(values: list[Any]) -> np.ndarray:
-    """``values`` as a numpy column that keeps Python ints exact: ``np.array`` turns ints beyond int64 into
-    float64 (or uint64) and every other int of the column with them; such a column is an object array of the
-    ints as they are (issue 29: a sum never silently becomes a float, and a window of ``5`` shows ``5``)."""
-    arr = np.array(values)
-    if arr.dtype.kind in "uf" and int in set(map(type, values)):
-        arr = object_array(values)
-    return arr
+    """``values`` as a 1-d numpy column of the values exactly as the record path gives them, one element per row.
+
+    Only a column of one plain type becomes a typed array: all ints within int64 -> int64, all floats ->
+    float64. Anything else is an object array of the values as they are, because ``np.array`` would change them:
+    ints beyond int64 become float64 or uint64 and drag every other int of the column along (issue 29: a sum
+    never silently becomes a float, and a window of ``5`` shows ``5``); ``[1, 2.5]`` turns the 1 into ``1.0``,
+    ``["a", 1]`` the 1 into ``"1"``, ``[True, 2]`` the True into ``1``; ``collect``'s lists either raise
+    (different lengths: "inhomogeneous shape") or silently make a 2-d array (equal lengths)."""
+    kinds = set(map(type, values))
+    if kinds == {int}:
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:
+            return object_array(values)
+    if kinds == {float}:
+        return np.array(values, dtype=np.float64)
+    return object_array(values)

@@ -26,7 +26,7 @@ Every other path (lazy.py, batch.py) is an accelerator proven identical to this 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from .cache import open_stamps
@@ -152,7 +152,9 @@ def process_reverse(
     updated = i + 1 - m
     inline = state.inline
     inc = None if not inline else 1 if inline == 1 else value  # what Count / Sum add
-    step = state.bind(value, key) if inc is None else None  # acc -> acc with this record folded in
+    step: Callable[[Any], Any]  # acc -> acc with this record folded in (bound only without an integer increment)
+    if inc is None:
+        step = state.bind(value, key)
     out = state.out
     stamps = None  # update mode: the record cache's stamps of this key (see emit_update)
     if state.is_update:
@@ -376,12 +378,13 @@ def open_key(state: EngineState, key: Hashable, value: Any, t: int, close: int) 
 
 def keep_raw(state: EngineState, key: Hashable, kw: Any, value: Any, t: int, close: int) -> None:
     plan = state.plan
+    assert plan is not None  # the caller's condition
     raw = kw.raw
     if raw is None:
         raw = kw.raw = RawRecords([], [None if kind == "count" else [] for kind, _ in plan])
     i = bisect_right(raw.ts, t)
     raw.ts.insert(i, t)
-    for (kind, field), col in zip(plan, raw.cols):
+    for (_kind, field), col in zip(plan, raw.cols):
         if col is not None:
             col.insert(i, value if field is None else value[field])
     if t < close:

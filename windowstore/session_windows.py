@@ -87,6 +87,72 @@ class _Session:
         self.count = count
 
 
+class _KeySessions:
+    """One key's sessions, indexed twice so a lookup costs O(log n + sessions in range), not O(n):
+    ``by_end`` = sorted ``(end, start)``, ``by_start`` = sorted ``(start, end)``. In every/close mode a key's
+    sessions may overlap (a session the store hid from a merge stays beside the new one, S7), so neither list alone
+    bounds a range query: :meth:`find` scans the shorter of "end >= lo" (a suffix of ``by_end``) and
+    "start <= hi" (a prefix of ``by_start``) and filters on the other bound."""
+
+    __slots__ = ("by_end", "by_start", "sessions")
+
+    def __init__(self) -> None:
+        self.sessions: dict[tuple[int, int], _Session] = {}
+        self.by_end: list[tuple[int, int]] = []
+        self.by_start: list[tuple[int, int]] = []
+
+    def __len__(self) -> int:
+        return len(self.sessions)
+
+    def __contains__(self, sk: tuple[int, int]) -> bool:
+        return sk in self.sessions
+
+    def get(self, start: int, end: int) -> _Session | None:
+        return self.sessions.get((start, end))
+
+    def values(self) -> Any:
+        return self.sessions.values()
+
+    def put(self, s: _Session) -> bool:
+        """Store ``s`` (replacing a session with the same bounds); True when the bounds were new."""
+        sk = (s.start, s.end)
+        existed = sk in self.sessions
+        self.sessions[sk] = s
+        if not existed:
+            bisect.insort(self.by_start, sk)
+            bisect.insort(self.by_end, (s.end, s.start))
+        return not existed
+
+    def remove(self, start: int, end: int) -> None:
+        del self.sessions[(start, end)]
+        by_start = self.by_start
+        del by_start[bisect.bisect_left(by_start, (start, end))]
+        by_end = self.by_end
+        del by_end[bisect.bisect_left(by_end, (end, start))]
+
+    def find(self, lo: int, hi: int) -> list[_Session]:
+        """Sessions with ``end >= lo`` and ``start <= hi``, ascending (end, start)."""
+        by_end = self.by_end
+        i = bisect.bisect_left(by_end, (lo,))
+        j = bisect.bisect_right(self.by_start, (hi, _MAX))
+        sessions = self.sessions
+        if len(by_end) - i <= j:
+            return [sessions[(st, en)] for en, st in by_end[i:] if st <= hi]
+        found = [sessions[sk] for sk in self.by_start[:j] if sk[1] >= lo]
+        if len(found) > 1:
+            found.sort(key=lambda s: (s.end, s.start))
+        return found
+
+    def next_start_after(self, t: int) -> _Session | None:
+        """The session with the smallest start ``> t`` (ties: smallest end)."""
+        by_start = self.by_start
+        i = bisect.bisect_right(by_start, (t, _MAX))
+        return self.sessions[by_start[i]] if i < len(by_start) else None
+
+
+_MAX: Any = float("inf")  # sorts after every integer timestamp
+
+
 class SessionWindowProcessor:
     """The reference record path for one task: mirrors ``KStreamSessionWindowAggregateProcessor`` over Kafka
     Streams' default stores (S7): ``every`` = uncached RocksDB session store, ``update`` = record cache over it,
@@ -108,6 +174,8 @@ class SessionWindowProcessor:
         self.windows = windows
         self.aggregation = aggregation
         self.merger = merger if merger is not None else session_merger(aggregation)
+        #: the merger is the aggregation's own (``combine``), not one the caller passed
+        self.default_merger = merger is None
         self.emit = EmitMode.parse(emit)
         self.stats = FamilyStats()
         self.observed_stream_time = _NO_TIMESTAMP
@@ -115,7 +183,7 @@ class SessionWindowProcessor:
         #: the store's observedStreamTime: largest session end put or removed (update mode: flushed) so far
         self.store_stream_time = _NO_TIMESTAMP
         # every/close: the RocksDB store; update: the record cache (everything ever written, latest value)
-        self._sessions: dict[Hashable, dict[tuple[int, int], _Session]] = {}
+        self._sessions: dict[Hashable, _KeySessions] = {}
         # every/close: (end, start, key bytes, key) of every stored session, ascending (segments, emission order)
         self._by_end: list[tuple[int, int, bytes, Hashable]] = []
         # update mode: dirty cache entries in last-write order, (key, start, end) -> (acc, count) or None
@@ -215,13 +283,10 @@ class SessionWindowProcessor:
         lo = earliest_end
         if self.emit is not EmitMode.UPDATE:  # the RocksDB stores' getActualFrom: retention hides old sessions
             lo = max(lo, self.store_stream_time - self.windows.retention + 1)
-        found = [s for s in sessions.values() if s.end >= lo and s.start <= latest_start]
-        if len(found) > 1:
-            found.sort(key=lambda s: (s.end, s.start))
-        return found
+        return sessions.find(lo, latest_start)
 
     def _remove(self, key: Hashable, s: _Session, out: list[WindowUpdate]) -> None:
-        del self._sessions[key][(s.start, s.end)]
+        self._sessions[key].remove(s.start, s.end)
         if self.emit is EmitMode.UPDATE:
             sk = (key, s.start, s.end)
             self._dirty.pop(sk, None)
@@ -241,9 +306,8 @@ class SessionWindowProcessor:
     def _put(self, key: Hashable, s: _Session, out: list[WindowUpdate]) -> None:
         sessions = self._sessions.get(key)
         if sessions is None:
-            sessions = self._sessions[key] = {}
-        existed = (s.start, s.end) in sessions
-        sessions[(s.start, s.end)] = s
+            sessions = self._sessions[key] = _KeySessions()
+        existed = not sessions.put(s)
         if self.emit is EmitMode.UPDATE:
             sk = (key, s.start, s.end)
             self._dirty.pop(sk, None)
@@ -268,7 +332,7 @@ class SessionWindowProcessor:
         while n < len(by_end) and java_div(by_end[n][0], si) < min_live:
             end, start, _kb, key = by_end[n]
             sessions = self._sessions[key]
-            del sessions[(start, end)]
+            sessions.remove(start, end)
             if not sessions:
                 del self._sessions[key]
             n += 1
@@ -291,7 +355,7 @@ class SessionWindowProcessor:
         i = bisect.bisect_left(by_end, (lower,))
         j = bisect.bisect_left(by_end, (upper + 1,))
         for end, start, _kb, key in by_end[i:j]:
-            s = self._sessions[key][(start, end)]
+            s = self._sessions[key].sessions[(start, end)]
             out.append(self._update(key, start, end, s.acc, s.count))
         self.last_emit_close_time = window_close_time
 
@@ -314,13 +378,38 @@ class SessionWindowProcessor:
             sessions = self._sessions.get(key)
             if not sessions or (start, end) not in sessions:
                 continue  # replaced since
-            nxt = min((s for s in sessions.values() if s.start > end), key=lambda s: s.start, default=None)
+            nxt = sessions.next_start_after(end)
             if nxt is not None and nxt.start <= end + 2 * gap and nxt.end >= close:
                 heapq.heappush(cheap, (nxt.end + 1, kb, start, end, key))  # look again once the next one closes
                 continue
-            del sessions[(start, end)]
+            sessions.remove(start, end)
             if not sessions:
                 del self._sessions[key]
+
+    # ------------------------------------------------------------------------------------------ batch contract
+    # What an accelerator (windowstore.session_windows_batch) may do, update mode only: read a key's cached
+    # sessions and make the record path's cache writes, in last-write order, with values already merged.
+
+    def cached_sessions(self, key: Hashable, earliest_end: int, latest_start: int) -> list[tuple[int, int, Any, int]]:
+        """Update mode: ``(start, end, accumulator, count)`` of the key's cached sessions with
+        ``end >= earliest_end`` and ``start <= latest_start``, ascending end (the cache hides nothing, S7)."""
+        if self.emit is not EmitMode.UPDATE:
+            raise ValueError("cached_sessions is the update mode's (record cache) contract")
+        return [(s.start, s.end, s.acc, s.count) for s in self._find_sessions(key, earliest_end, latest_start)]
+
+    def write_sessions(self, ops: list[tuple[Hashable, int, int, Any, int] | tuple[Hashable, int, int]]) -> None:
+        """Update mode, in order: ``(key, start, end)`` removes a cached session (S6; a tombstone at the next
+        flush if the store still holds it), ``(key, start, end, acc, count)`` puts one (replacing equal bounds)."""
+        if self.emit is not EmitMode.UPDATE:
+            raise ValueError("write_sessions is the update mode's (record cache) contract")
+        sink: list[WindowUpdate] = []
+        for op in ops:
+            if len(op) == 3:
+                key, start, end = op
+                self._remove(key, _Session(start, end, None, 0), sink)
+            else:
+                key, start, end, acc, count = op
+                self._put(key, _Session(start, end, acc, count), sink)
 
     # ------------------------------------------------------------------------------------------ state
 
@@ -361,7 +450,7 @@ class SessionWindowProcessor:
         self.last_emit_close_time = state["last_emit_close_time"]
         self.store_stream_time = state["store_stream_time"]
         for k, start, end, acc, count in state["sessions"]:
-            self._sessions.setdefault(k, {})[(start, end)] = _Session(start, end, acc, count)
+            self._sessions.setdefault(k, _KeySessions()).put(_Session(start, end, acc, count))
             if self.emit is EmitMode.UPDATE:
                 heapq.heappush(self._cache_heap, (end + w.gap_ms, key_bytes(k), start, end, k))
             else:

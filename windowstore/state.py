@@ -128,7 +128,7 @@ class EngineState:
         self.accumulate = aggregation.accumulate
         self.bind = aggregation.bind
         #: 1: Count, 2: Sum (exact built-in types): the record path adds inline instead of calling accumulate
-        self.inline: int = {Count: 1, Sum: 2}.get(type(aggregation), 0)  # type: ignore[call-overload]
+        self.inline: int = {Count: 1, Sum: 2}.get(type(aggregation), 0)
         self.is_update = emit is EmitMode.UPDATE
         self.is_every = emit is EmitMode.EVERY
         self.is_close = emit is EmitMode.CLOSE

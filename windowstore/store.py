@@ -299,12 +299,11 @@ class WindowStore:
         as they are (entries or columns) with ``columns=True`` - the batch path, which would turn entries
         materialized here straight back into columns."""
         kw = self.keys.get(key)
-        if kw is None:
-            if self.loader is not None and key in self.key_max_start:
-                kw = self.loader(key)
-                if kw is not None:
-                    self.keys[key] = kw
-                    self.size += len(kw)
+        if kw is None and self.loader is not None and key in self.key_max_start:
+            kw = self.loader(key)
+            if kw is not None:
+                self.keys[key] = kw
+                self.size += len(kw)
         if (
             not columns
             and kw is not None
@@ -411,7 +410,8 @@ class WindowStore:
         bound = self.read_bound()
         for key in list(self.keys):
             kw = self.load(key)
-            for s in kw.starts:  # type: ignore[union-attr]
+            assert kw is not None  # key is one of self.keys
+            for s in kw.starts:
                 if s >= bound:
                     e = kw.entries[s]
                     yield (key, s, e[0], e[1], e[2])

@@ -33,7 +33,7 @@ record timestamp in the window (T6).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,10 +200,16 @@ class TimeWindowProcessor:
         if not self._dirty:
             return []
         out = []
+        by_key = self._by_key
+        empty: dict[int, _Window] = {}
+        agg = self.aggregation
+        finish = None if agg.finish_is_identity else agg.finish
+        size = self.windows.size_ms
         for key, start in self._dirty:
-            w = self._by_key.get(key, {}).get(start)
-            if w is not None:
-                out.append(self._update(key, start, w))
+            w = by_key.get(key, empty).get(start)
+            if w is not None:  # as _update, inlined: a flush forwards every window written since the last one
+                value = w.acc if finish is None else finish(w.acc)
+                out.append(WindowUpdate(key, start, start + size, value, w.ts, w.count))
         self._dirty.clear()
         self._purge_closed(self.observed_stream_time - self.windows.grace_ms)
         self.stats.updates_emitted += len(out)
@@ -221,9 +227,7 @@ class TimeWindowProcessor:
         if upper < 0:
             return
         lower = 0 if last == _NO_TIMESTAMP else max(0, last - size) + 1
-        if last != _NO_TIMESTAMP and list(self.windows.window_starts(upper)) == list(
-            self.windows.window_starts(lower - 1)
-        ):
+        if last != _NO_TIMESTAMP and self.windows.window_starts(upper) == self.windows.window_starts(lower - 1):
             return  # shouldRangeFetch: no new window to emit; last close time NOT advanced
         starts = self._starts
         i = bisect.bisect_left(starts, lower)
@@ -237,6 +241,61 @@ class TimeWindowProcessor:
         for start in starts[:j]:
             self._forget_start(start)
         del starts[:j]
+
+    # ------------------------------------------------------------------------------------------ batch contract
+    # What an accelerator (windowstore.time_windows_batch) may do to this processor's state. Each call does
+    # exactly what the record path does to the same window, so a batch path that makes the record path's writes
+    # (in any order, values already combined) leaves the processor in the record path's state.
+
+    def get_window(self, key: Hashable, start: int) -> tuple[Any, int, int] | None:
+        """``(accumulator, output timestamp, record count)`` of one held window, or ``None``."""
+        w = self._by_key.get(key, {}).get(start)
+        return None if w is None else (w.acc, w.ts, w.count)
+
+    def merge_windows(
+        self, rows: Sequence[tuple[Hashable, int, Any, int, int]], combine: Callable[[Any, Any], Any]
+    ) -> int:
+        """For each ``(key, start, acc, ts, count)``, in order: a held window becomes ``(combine(held acc, acc),
+        max(ts), count + count)``, a new one takes the row; then (update mode) the window moves to the end of the
+        last-write order (T9). ``combine`` runs for every held window before anything changes (if it raises, the
+        state is untouched). Returns windows created."""
+        by_key = self._by_key
+        empty: dict[int, _Window] = {}
+        merged: list[tuple[_Window, Any] | None] = []
+        for key, start, acc, _ts, _count in rows:
+            held = by_key.get(key, empty).get(start)
+            merged.append(None if held is None else (held, combine(held.acc, acc)))
+        dirty = self._dirty if self.emit is EmitMode.UPDATE else None
+        created = 0
+        for (key, start, acc, ts, count), m in zip(rows, merged, strict=True):
+            if m is None:
+                windows = by_key.get(key)
+                if windows is None:
+                    windows = by_key[key] = {}
+                windows[start] = _Window(acc, ts, count)
+                self._index_add(key, start)
+                created += 1
+            else:
+                w, new_acc = m
+                w.acc = new_acc
+                if ts > w.ts:
+                    w.ts = ts
+                w.count += count
+            if dirty is not None:
+                dk = (key, start)
+                dirty.pop(dk, None)
+                dirty[dk] = None
+        return created
+
+    def close_windows(self, window_close_time: int) -> list[WindowUpdate]:
+        """What the record path does after a record that left close time at ``window_close_time``: close mode
+        emits the windows it closed (T10) and returns them; other modes forget closed, flushed windows."""
+        if self.emit is EmitMode.CLOSE:
+            out: list[WindowUpdate] = []
+            self._maybe_forward_final_result(window_close_time, out)
+            return out
+        self._purge_closed(window_close_time)
+        return []
 
     # ------------------------------------------------------------------------------------------ state
 

@@ -24,7 +24,7 @@ class EmitMode(str, enum.Enum):
     CLOSE = "close"
 
     @classmethod
-    def parse(cls, value: "EmitMode | str") -> "EmitMode":
+    def parse(cls, value: EmitMode | str) -> EmitMode:
         if isinstance(value, EmitMode):
             return value
         try:
@@ -42,7 +42,7 @@ class WindowUpdate(NamedTuple):
     end: int
     value: Any
     ts: int
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count on purpose: the public field name
 
 
 class DropReason(str, enum.Enum):
@@ -87,6 +87,6 @@ class ProcessorStats:
         d["dropped_records_total"] = self.dropped_records_total
         return d
 
-    def add(self, other: "ProcessorStats") -> None:
+    def add(self, other: ProcessorStats) -> None:
         for name, value in asdict(other).items():
             setattr(self, name, getattr(self, name) + value)

@@ -29,7 +29,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .generate import describe, generate_cases, shrink
 from .oracle import OracleSession, run_batch
@@ -44,6 +44,7 @@ except Exception as exc:  # pragma: no cover - depends on the engine being prese
 
 
 # ------------------------------------------------------------------------------------------------ normalisation
+
 
 def canon(x: Any) -> Any:
     """Hashable canonical form of a JSON value: bools tagged (True != 1), numbers by value (1 == 1.0)."""
@@ -72,6 +73,7 @@ def fmt_update(u: dict) -> str:
 
 # ------------------------------------------------------------------------------------------------ engine
 
+
 def run_engine(case: dict) -> tuple[list[dict], dict]:
     if replay_records is None:
         raise RuntimeError(f"windowstore.replay cannot be imported: {ENGINE_IMPORT_ERROR}")
@@ -88,6 +90,7 @@ def run_engine(case: dict) -> tuple[list[dict], dict]:
 
 # ------------------------------------------------------------------------------------------------ comparison
 
+
 @dataclass
 class Mismatch:
     case: dict
@@ -97,8 +100,10 @@ class Mismatch:
     minimal_details: list[str] = field(default_factory=list)
 
     def report(self) -> str:
-        lines = [f"case {self.case.get('id')} ({self.case.get('profile')}): {', '.join(self.kinds)}",
-                 "  " + describe(self.case)]
+        lines = [
+            f"case {self.case.get('id')} ({self.case.get('profile')}): {', '.join(self.kinds)}",
+            "  " + describe(self.case),
+        ]
         lines += ["  " + d for d in self.details[:8]]
         if self.minimal is not None:
             lines.append("  minimal: " + describe(self.minimal))
@@ -127,7 +132,7 @@ def compare(case: dict, oracle: dict, engine: tuple[list[dict], dict] | BaseExce
             if same_per_flush:
                 for idx in sorted(sizes):
                     n = sizes[idx]
-                    if Counter(ok_seq[pos:pos + n]) != Counter(ek_seq[pos:pos + n]):
+                    if Counter(ok_seq[pos : pos + n]) != Counter(ek_seq[pos : pos + n]):
                         same_per_flush = False
                         break
                     pos += n
@@ -135,12 +140,18 @@ def compare(case: dict, oracle: dict, engine: tuple[list[dict], dict] | BaseExce
         else:
             kinds.append("updates")
         # first divergence
-        i = next((j for j, (a, b) in enumerate(zip(ok_seq, ek_seq)) if a != b), min(len(ok_seq), len(ek_seq)))
+        i = next(
+            (j for j, (a, b) in enumerate(zip(ok_seq, ek_seq, strict=True)) if a != b), min(len(ok_seq), len(ek_seq))
+        )
         details.append(f"first difference at update #{i} (oracle {len(ok_seq)} updates, engine {len(ek_seq)})")
         lo = max(0, i - 1)
-        details.append("kafka : " + " ".join(
-            fmt_update(u) + (f"<r{u['input_index']}>" if "input_index" in u else "") for u in ora[lo:i + 6]))
-        details.append("engine: " + " ".join(fmt_update(u) for u in eng_updates[lo:i + 6]))
+        details.append(
+            "kafka : "
+            + " ".join(
+                fmt_update(u) + (f"<r{u['input_index']}>" if "input_index" in u else "") for u in ora[lo : i + 6]
+            )
+        )
+        details.append("engine: " + " ".join(fmt_update(u) for u in eng_updates[lo : i + 6]))
         only_o = Counter(ok_seq) - Counter(ek_seq)
         only_e = Counter(ek_seq) - Counter(ok_seq)
         if only_o or only_e:
@@ -148,13 +159,17 @@ def compare(case: dict, oracle: dict, engine: tuple[list[dict], dict] | BaseExce
             details.append(f"only engine: {_fmt_keys(only_e)}")
     if eng_summary.get("dropped_records_total") != oracle["dropped_records_total"]:
         kinds.append("dropped_records_total")
-        details.append(f"dropped_records_total: kafka {oracle['dropped_records_total']}, "
-                       f"engine {eng_summary.get('dropped_records_total')} (engine summary {eng_summary})")
+        details.append(
+            f"dropped_records_total: kafka {oracle['dropped_records_total']}, "
+            f"engine {eng_summary.get('dropped_records_total')} (engine summary {eng_summary})"
+        )
     r8 = entry_drops(case)
     if "dropped_records" in eng_summary and eng_summary["dropped_records"] != r8:
         kinds.append("dropped_records")
-        details.append(f"dropped_records (R8 entry drops, computed from the input): expected {r8}, "
-                       f"engine {eng_summary['dropped_records']}")
+        details.append(
+            f"dropped_records (R8 entry drops, computed from the input): expected {r8}, "
+            f"engine {eng_summary['dropped_records']}"
+        )
     if eng_summary.get("records") != oracle["records"]:
         kinds.append("records")
         details.append(f"records: kafka {oracle['records']}, engine {eng_summary.get('records')}")
@@ -177,7 +192,9 @@ def entry_drops(case: dict) -> int:
 
 def _fmt_keys(c: Counter) -> str:
     items = sorted(c.elements(), key=repr)[:8]
-    return " ".join(f"{k}[{s},{e}]={_uncanon(v)}@{ts}" for k, s, e, v, ts in items) + (" ..." if sum(c.values()) > 8 else "")
+    return " ".join(f"{k}[{s},{e}]={_uncanon(v)}@{ts}" for k, s, e, v, ts in items) + (
+        " ..." if sum(c.values()) > 8 else ""
+    )
 
 
 def _uncanon(v: Any) -> str:
@@ -193,10 +210,18 @@ def _uncanon(v: Any) -> str:
     return str(v[1])
 
 
-def _pinned(name: str, td: int, grace: int, emit: str, ts: list[int], *, key: str = "A",
-            retention_ms: int | None = None) -> dict:
-    return {"id": f"{name}/{emit}", "time_difference_ms": td, "grace_ms": grace, "retention_ms": retention_ms,
-            "aggregation": "collect", "emit": emit, "input": [{"key": key, "value": t, "ts": t} for t in ts]}
+def _pinned(
+    name: str, td: int, grace: int, emit: str, ts: list[int], *, key: str = "A", retention_ms: int | None = None
+) -> dict:
+    return {
+        "id": f"{name}/{emit}",
+        "time_difference_ms": td,
+        "grace_ms": grace,
+        "retention_ms": retention_ms,
+        "aggregation": "collect",
+        "emit": emit,
+        "input": [{"key": key, "value": t, "ts": t} for t in ts],
+    }
 
 
 _ODD_KEYS = ["AB", "A\u0000", "A", "", "\u00e9", "~", "\U0001f600", "a", "\uffff"]
@@ -221,28 +246,39 @@ PINNED_CASES: list[dict] = [
     ]
     for case in (_pinned(name, td, grace, emit, ts, retention_ms=ret) for emit in ("every", "update", "close"))
 ] + [
-    {"id": "close-key-byte-order", "time_difference_ms": 10, "grace_ms": 0, "aggregation": "collect",
-     "emit": "close", "input": [{"key": k, "value": i, "ts": 100} for i, k in enumerate(_ODD_KEYS)]
-     + [{"key": "Z", "value": 99, "ts": 115}]},
+    {
+        "id": "close-key-byte-order",
+        "time_difference_ms": 10,
+        "grace_ms": 0,
+        "aggregation": "collect",
+        "emit": "close",
+        "input": [{"key": k, "value": i, "ts": 100} for i, k in enumerate(_ODD_KEYS)]
+        + [{"key": "Z", "value": 99, "ts": 115}],
+    },
 ]
 
 
 def run_engine_safe(case: dict) -> tuple[list[dict], dict] | BaseException:
     try:
         return run_engine(case)
-    except Exception as exc:  # noqa: BLE001 - an engine crash is a finding
+    except Exception as exc:  # an engine crash is a finding
         return exc
 
 
-def differential(cases: list[dict], *, shrink_limit: int = 3, shrink_steps: int = 600,
-                 oracle_results: list[dict] | None = None,
-                 stats: dict | None = None) -> list[Mismatch]:
+def differential(
+    cases: list[dict],
+    *,
+    shrink_limit: int = 3,
+    shrink_steps: int = 600,
+    oracle_results: list[dict] | None = None,
+    stats: dict | None = None,
+) -> list[Mismatch]:
     """Run ``cases`` through both; returns the mismatches (the first ``shrink_limit`` per kind are shrunk)."""
     t0 = time.perf_counter()
     oracle_results = oracle_results if oracle_results is not None else run_batch(cases, stats=stats)
     t1 = time.perf_counter()
     mismatches: list[Mismatch] = []
-    for case, ores in zip(cases, oracle_results):
+    for case, ores in zip(cases, oracle_results, strict=True):
         kinds, details = compare(case, ores, run_engine_safe(case))
         if kinds:
             mismatches.append(Mismatch(case, kinds, details))
@@ -272,19 +308,28 @@ def differential(cases: list[dict], *, shrink_limit: int = 3, shrink_steps: int 
 def summarize(mismatches: list[Mismatch], n_cases: int) -> str:
     kinds = Counter(k for m in mismatches for k in m.kinds)
     profiles = Counter(m.case.get("profile") for m in mismatches)
-    head = (f"{len(mismatches)} of {n_cases} cases differ from Kafka Streams; kinds {dict(kinds)}; "
-            f"profiles {dict(profiles)}")
+    head = (
+        f"{len(mismatches)} of {n_cases} cases differ from Kafka Streams; kinds {dict(kinds)}; "
+        f"profiles {dict(profiles)}"
+    )
     shown = [m for m in mismatches if m.minimal is not None] or mismatches[:3]
     return head + "\n\n" + "\n\n".join(m.report() for m in shown)
 
 
 def _main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tests.conformance.differential", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m tests.conformance.differential",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--cases", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0, help="first seed (cases use seed, seed+1, ...)")
-    ap.add_argument("--emit", choices=["every", "update", "close"], action="append",
-                    help="emit mode(s), round-robin (default all three)")
+    ap.add_argument(
+        "--emit",
+        choices=["every", "update", "close"],
+        action="append",
+        help="emit mode(s), round-robin (default all three)",
+    )
     ap.add_argument("--aggregation", default=None, help="force one aggregation (default: mostly collect)")
     ap.add_argument("--shrink", type=int, default=3, help="shrink this many mismatches per kind")
     ap.add_argument("--json", action="store_true", help="print minimal cases as JSON lines too")
@@ -292,8 +337,9 @@ def _main(argv: list[str] | None = None) -> int:
     if replay_records is None:
         print(f"windowstore.replay cannot be imported: {ENGINE_IMPORT_ERROR}", file=sys.stderr)
         return 2
-    cases = generate_cases(args.cases, seed=args.seed, emits=args.emit or ("every", "update", "close"),
-                           aggregation=args.aggregation)
+    cases = generate_cases(
+        args.cases, seed=args.seed, emits=args.emit or ("every", "update", "close"), aggregation=args.aggregation
+    )
     stats: dict = {}
     mism = differential(cases, shrink_limit=args.shrink, stats=stats)
     print(summarize(mism, len(cases)))
@@ -301,8 +347,23 @@ def _main(argv: list[str] | None = None) -> int:
     if args.json:
         for m in mism:
             if m.minimal is not None:
-                print(json.dumps({k: m.minimal[k] for k in ("id", "time_difference_ms", "grace_ms", "retention_ms",
-                                                              "aggregation", "emit", "input") if k in m.minimal}))
+                print(
+                    json.dumps(
+                        {
+                            k: m.minimal[k]
+                            for k in (
+                                "id",
+                                "time_difference_ms",
+                                "grace_ms",
+                                "retention_ms",
+                                "aggregation",
+                                "emit",
+                                "input",
+                            )
+                            if k in m.minimal
+                        }
+                    )
+                )
     return 1 if mism else 0
 
 

@@ -17,8 +17,8 @@ the seed space is unbounded. Each case picks a *profile* that aims at one area o
 - ``grace0``          grace 0 with small disorder (R22 with close == stream time)
 - ``mixed``           everything at once, several keys
 
-Other draws cover: td 1..20 mostly, sometimes 21..500 / up to 5000 (never 0: Kafka throws); grace 0, small, ~td, or huge;
-1-4 keys per case (one task, shared stream time, R7; sometimes odd keys: empty, prefixes, non-ASCII); occasional
+Other draws cover: td 1..20 mostly, sometimes 21..500 / up to 5000 (never 0: Kafka throws); grace 0, small, ~td, or
+huge; 1-4 keys per case (one task, shared stream time, R7; sometimes odd keys: empty, prefixes, non-ASCII); occasional
 null keys/values (R6); timestamps starting at 0 or
 far from 0. Values identify their record (the input index) for ``collect``; numeric otherwise.
 
@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import copy
 import random
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 PROFILES = ("in_order", "out_of_order", "early", "duplicates", "late", "grace0", "mixed")
 EMITS = ("every", "update", "close")
@@ -76,9 +77,18 @@ def _gap(rng: random.Random, td: int) -> int:
 def _lateness_around(rng: random.Random, td: int, grace: int) -> int:
     """A lateness (stream time - ts) close to one of the boundaries of R22."""
     edges = [
-        0, 1, grace - 1, grace, grace + 1,             # close == ts: left window end == close
-        td + grace - 1, td + grace, td + grace + 1,    # t + td vs close: R8 entry drop boundary
-        td + grace + 2, grace + td // 2, 2 * td + grace, 2 * td + grace + 1,
+        0,
+        1,
+        grace - 1,
+        grace,
+        grace + 1,  # close == ts: left window end == close
+        td + grace - 1,
+        td + grace,
+        td + grace + 1,  # t + td vs close: R8 entry drop boundary
+        td + grace + 2,
+        grace + td // 2,
+        2 * td + grace,
+        2 * td + grace + 1,
     ]
     if rng.random() < 0.75:
         return max(0, rng.choice(edges) + rng.randint(-1, 1))
@@ -166,8 +176,14 @@ def _timestamps(rng: random.Random, profile: str, td: int, grace: int, n: int, b
     return out[:n] if len(out) > n else out
 
 
-def generate_case(seed: int, *, emit: str | None = None, aggregation: str | None = None,
-                  profile: str | None = None, max_records: int | None = None) -> dict:
+def generate_case(
+    seed: int,
+    *,
+    emit: str | None = None,
+    aggregation: str | None = None,
+    profile: str | None = None,
+    max_records: int | None = None,
+) -> dict:
     """One random case, fully determined by the arguments."""
     rng = random.Random(f"sliding-window-case:{seed}")
     profile = profile or rng.choice(PROFILES)
@@ -181,7 +197,9 @@ def generate_case(seed: int, *, emit: str | None = None, aggregation: str | None
         n = rng.randint(1, 30)
     if max_records is not None:
         n = min(n, max_records)
-    base = 0 if (profile == "early" or rng.random() < 0.4) else rng.choice([td, td + 1, 100, 1000, rng.randint(0, 10**6)])
+    base = (
+        0 if (profile == "early" or rng.random() < 0.4) else rng.choice([td, td + 1, 100, 1000, rng.randint(0, 10**6)])
+    )
     ts = _timestamps(rng, profile, td, grace, n, base)
     # store retention: mostly Kafka's default 2*td+grace (None); sometimes longer (R24/R25/R29 edges move)
     retention = None
@@ -225,6 +243,7 @@ def generate_cases(n: int, *, seed: int = 0, emits: Iterable[str] = EMITS, **kw:
 
 # ---------------------------------------------------------------------------------------------------- shrinking
 
+
 def _with_input(case: dict, records: list[dict]) -> dict:
     c = dict(case)
     c["input"] = records
@@ -262,7 +281,7 @@ def shrink(case: dict, fails: Callable[[dict], bool], *, max_steps: int = 2000) 
             i = 0
             removed_any = False
             while i < len(recs):
-                cand = recs[:i] + recs[i + chunk:]
+                cand = recs[:i] + recs[i + chunk :]
                 if cand != recs and check(_with_input(best, cand)):
                     recs = cand
                     removed_any = True
@@ -323,8 +342,10 @@ def describe(case: dict) -> str:
         for r in case["input"]
     )
     ret = f" retention={case['retention_ms']}" if case.get("retention_ms") is not None else ""
-    return (f"td={case['time_difference_ms']} grace={case['grace_ms']}{ret} emit={case['emit']} "
-            f"agg={case['aggregation']}: {recs}")
+    return (
+        f"td={case['time_difference_ms']} grace={case['grace_ms']}{ret} emit={case['emit']} "
+        f"agg={case['aggregation']}: {recs}"
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover - manual inspection

@@ -18,7 +18,8 @@ a result is ``{"id", "updates": [{"key","window_start","window_end","value","ts"
 
 Command line (same contract as ``python -m windowstore replay``)::
 
-    python -m tests.conformance.oracle replay --time-difference-ms 10 --grace-ms 5 --aggregation collect --emit every < records.jsonl
+    python -m tests.conformance.oracle replay --time-difference-ms 10 --grace-ms 5 --aggregation collect \\
+        --emit every < records.jsonl
     python -m tests.conformance.oracle batch [--threads 2] < cases.jsonl
     python -m tests.conformance.oracle build [--force]
 
@@ -37,9 +38,10 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ORACLE_DIR = HERE / "oracle"
@@ -76,7 +78,8 @@ def _which(tool: str) -> str:
     if not path:
         raise OracleUnavailable(
             f"'{tool}' was not found on PATH. The Kafka Streams conformance oracle needs a JDK (17+) and "
-            f"Maven (3.8+) to build and run tests/conformance/oracle/ (e.g. apt-get install openjdk-17-jdk-headless maven)."
+            "Maven (3.8+) to build and run tests/conformance/oracle/ "
+            "(e.g. apt-get install openjdk-17-jdk-headless maven)."
         )
     return path
 
@@ -142,21 +145,39 @@ def ensure_built(*, force: bool = False, quiet: bool = True) -> OracleBuild:
                     )
                 STAMP_FILE.write_text(json.dumps({"kafka_version": version}))
         classes = TARGET_DIR / "classes"
-        build = OracleBuild(java=java, classpath=f"{classes}{os.pathsep}{CLASSPATH_FILE.read_text().strip()}",
-                            kafka_version=version)
+        build = OracleBuild(
+            java=java, classpath=f"{classes}{os.pathsep}{CLASSPATH_FILE.read_text().strip()}", kafka_version=version
+        )
         _BUILT[version] = build
         return build
 
 
 def _case_line(case: dict) -> str:
-    keys = ("id", "window", "time_difference_ms", "size_ms", "advance_ms", "gap_ms", "grace_ms", "retention_ms",
-            "aggregation", "emit", "input")
+    keys = (
+        "id",
+        "window",
+        "time_difference_ms",
+        "size_ms",
+        "advance_ms",
+        "gap_ms",
+        "grace_ms",
+        "retention_ms",
+        "aggregation",
+        "emit",
+        "input",
+    )
     return json.dumps({k: case[k] for k in keys if k in case}, separators=(",", ":"))
 
 
-def run_batch(cases: Iterable[dict], *, threads: int = 2, timeout: float | None = None,
-              build: OracleBuild | None = None, stats: dict | None = None,
-              java_opts: Sequence[str] | None = None) -> list[dict]:
+def run_batch(
+    cases: Iterable[dict],
+    *,
+    threads: int = 2,
+    timeout: float | None = None,
+    build: OracleBuild | None = None,
+    stats: dict | None = None,
+    java_opts: Sequence[str] | None = None,
+) -> list[dict]:
     """Run many cases in one JVM; returns one result per case, in order. ``stats`` (if given) receives the
     oracle's own timing line (``batch_cases``, ``seconds``, ``cases_per_second``). ``java_opts`` replaces the
     default JVM options."""
@@ -165,15 +186,21 @@ def run_batch(cases: Iterable[dict], *, threads: int = 2, timeout: float | None 
         return []
     build = build or ensure_built()
     payload = "".join(_case_line(dict(c, id=i)) + "\n" for i, c in enumerate(cases))
-    proc = subprocess.run(build.command("--batch", "--threads", str(threads), java_opts=java_opts), input=payload,
-                          capture_output=True, text=True, encoding="utf-8", timeout=timeout)
+    proc = subprocess.run(
+        build.command("--batch", "--threads", str(threads), java_opts=java_opts),
+        input=payload,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=timeout,
+    )
     if proc.returncode != 0:
         raise OracleError(f"oracle exited with {proc.returncode}:\n{proc.stderr[-4000:]}")
     lines = proc.stdout.splitlines()
     if len(lines) != len(cases):
         raise OracleError(f"oracle returned {len(lines)} results for {len(cases)} cases:\n{proc.stderr[-4000:]}")
     results = []
-    for i, (case, line) in enumerate(zip(cases, lines)):
+    for i, (case, line) in enumerate(zip(cases, lines, strict=True)):
         res = json.loads(line)
         if res.get("id") != i:
             raise OracleError(f"oracle result out of order: expected id {i}, got {res.get('id')}")
@@ -199,7 +226,7 @@ class OracleSession:
         self._proc: subprocess.Popen | None = None
         self._n = 0
 
-    def __enter__(self) -> "OracleSession":
+    def __enter__(self) -> OracleSession:
         self._start()
         return self
 
@@ -207,9 +234,15 @@ class OracleSession:
         self.close()
 
     def _start(self) -> None:
-        self._proc = subprocess.Popen(self._build.command("--batch", "--threads", "1"), stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, encoding="utf-8",
-                                      bufsize=1)
+        self._proc = subprocess.Popen(
+            self._build.command("--batch", "--threads", "1"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            encoding="utf-8",
+            bufsize=1,
+        )
 
     def run(self, case: dict) -> dict:
         if self._proc is None or self._proc.poll() is not None:

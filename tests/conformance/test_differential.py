@@ -30,8 +30,10 @@ EMITS = ("every", "update", "close")
 
 def _require_engine() -> None:
     if diff.replay_records is None:
-        pytest.skip(f"windowstore.replay cannot be imported ({diff.ENGINE_IMPORT_ERROR}); "
-                    "the differential tests need our engine")
+        pytest.skip(
+            f"windowstore.replay cannot be imported ({diff.ENGINE_IMPORT_ERROR}); "
+            "the differential tests need our engine"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -44,14 +46,15 @@ def oracle_run() -> tuple[list[dict], list[dict]]:
 @pytest.mark.parametrize("emit", EMITS)
 def test_engine_matches_kafka_streams(emit: str, oracle_run: tuple[list[dict], list[dict]]) -> None:
     cases, results = oracle_run
-    pairs = [(c, r) for c, r in zip(cases, results) if c["emit"] == emit]
+    pairs = [(c, r) for c, r in zip(cases, results, strict=True) if c["emit"] == emit]
     assert pairs
     errors = [r for _, r in pairs if "error" in r]
     assert not errors, f"oracle failed on {len(errors)} cases, e.g. {errors[0]}"
     mism = diff.differential([c for c, _ in pairs], oracle_results=[r for _, r in pairs], shrink_limit=SHRINK)
-    assert not mism, (f"emit={emit}, seeds {SEED}..{SEED + N_CASES - 1} "
-                      f"(rerun: CONFORMANCE_SEED={SEED} CONFORMANCE_CASES={N_CASES}):\n"
-                      + diff.summarize(mism, len(pairs)))
+    assert not mism, (
+        f"emit={emit}, seeds {SEED}..{SEED + N_CASES - 1} "
+        f"(rerun: CONFORMANCE_SEED={SEED} CONFORMANCE_CASES={N_CASES}):\n" + diff.summarize(mism, len(pairs))
+    )
 
 
 def test_engine_matches_kafka_streams_on_pinned_cases() -> None:
@@ -70,7 +73,7 @@ def test_harness_detects_and_shrinks_a_broken_engine(monkeypatch: pytest.MonkeyP
     def broken(records, **kw):
         updates, summary = real(records, **kw)
         if kw["emit"] == "every" and len(updates) >= 2 and updates[-1] != updates[-2]:
-            updates = updates[:-2] + [updates[-1], updates[-2]]
+            updates = [*updates[:-2], updates[-1], updates[-2]]
         if kw["emit"] == "close":
             summary = dict(summary, dropped_records_total=0)
         return updates, summary

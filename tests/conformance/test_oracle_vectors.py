@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -80,11 +81,26 @@ def _case(v: dict) -> dict:
 _RESULTS: dict[str, dict] = {}
 
 # extra cases run in the same JVM as the vectors
-TD0_CASE = {"id": "td0", "time_difference_ms": 0, "grace_ms": 5, "aggregation": "collect", "emit": "every",
-            "input": [{"key": "A", "value": 1, "ts": 10}]}
-NULLS_CASE = {"id": "nulls", "time_difference_ms": 10, "grace_ms": 0, "aggregation": "collect", "emit": "every",
-              "input": [{"key": None, "value": 1, "ts": 100}, {"key": "A", "value": None, "ts": 100},
-                        {"key": "A", "value": 2, "ts": 10}]}
+TD0_CASE = {
+    "id": "td0",
+    "time_difference_ms": 0,
+    "grace_ms": 5,
+    "aggregation": "collect",
+    "emit": "every",
+    "input": [{"key": "A", "value": 1, "ts": 10}],
+}
+NULLS_CASE = {
+    "id": "nulls",
+    "time_difference_ms": 10,
+    "grace_ms": 0,
+    "aggregation": "collect",
+    "emit": "every",
+    "input": [
+        {"key": None, "value": 1, "ts": 100},
+        {"key": "A", "value": None, "ts": 100},
+        {"key": "A", "value": 2, "ts": 10},
+    ],
+}
 
 
 def _results() -> dict[str, dict]:
@@ -93,7 +109,7 @@ def _results() -> dict[str, dict]:
         cases = [_case(v) for v in checkable_vectors()]
         cases += [dict(_case(v), id="store:" + v["name"], emit="every") for v in _store_vectors()]
         cases += [TD0_CASE, NULLS_CASE]
-        for case, res in zip(cases, run_batch(cases)):
+        for case, res in zip(cases, run_batch(cases), strict=True):
             _RESULTS[case["id"]] = res
     return _RESULTS
 

@@ -69,8 +69,13 @@ def test_strings_reject_non_str():
 
 
 def test_rows_mix_constant_fixed_and_variable_pieces():
-    pieces = [ac.constant(b"\x00\x00\x00\x00\x07"), ac.strings(["a", "", "ccc"]), ac.constant(b"\x02"),
-              ac.doubles(np.array([1.0, -0.0, math.inf])), ac.longs(np.array([0, -1, 300]))]
+    pieces = [
+        ac.constant(b"\x00\x00\x00\x00\x07"),
+        ac.strings(["a", "", "ccc"]),
+        ac.constant(b"\x02"),
+        ac.doubles(np.array([1.0, -0.0, math.inf])),
+        ac.longs(np.array([0, -1, 300])),
+    ]
     rows = ac.encode_rows(3, pieces)
     assert rows[0] == b"\x00\x00\x00\x00\x07" + b"\x02a" + b"\x02" + fastavro_bytes("double", 1.0) + b"\x00"
     assert rows[1] == b"\x00\x00\x00\x00\x07" + b"\x00" + b"\x02" + fastavro_bytes("double", -0.0) + b"\x01"
@@ -79,19 +84,28 @@ def test_rows_mix_constant_fixed_and_variable_pieces():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(INT64, st.sampled_from(["k1", "k22", "acct-1", ""]),
-                          st.integers(2**35, 2**40), st.integers(0, 200)), max_size=25))
+@given(
+    st.lists(
+        st.tuples(INT64, st.sampled_from(["k1", "k22", "acct-1", ""]), st.integers(2**35, 2**40), st.integers(0, 200)),
+        max_size=25,
+    )
+)
 def test_rows_are_their_pieces_rows_back_to_back(rows):
     """Pieces whose rows all have one length (timestamps of one era, keys of one length) go without a mask;
     either way each row is its pieces' bytes in order."""
     if not rows:
         assert ac.encode_rows(0, [ac.constant(b"\x02")]) == []
         return
-    a, keys, era, small = (list(c) for c in zip(*rows))
-    pieces = [ac.longs(np.array(a, np.int64)), ac.strings(keys), ac.constant(b"\x02"),
-              ac.longs(np.array(era, np.int64)), ac.longs(np.array(small, np.int64))]
+    a, keys, era, small = (list(c) for c in zip(*rows, strict=True))
+    pieces = [
+        ac.longs(np.array(a, np.int64)),
+        ac.strings(keys),
+        ac.constant(b"\x02"),
+        ac.longs(np.array(era, np.int64)),
+        ac.longs(np.array(small, np.int64)),
+    ]
     each = [rows_of(p) if len(p.data) == len(rows) else [bytes(p.data[0])] * len(rows) for p in pieces]
-    assert ac.encode_rows(len(rows), pieces) == [b"".join(parts) for parts in zip(*each)]
+    assert ac.encode_rows(len(rows), pieces) == [b"".join(parts) for parts in zip(*each, strict=True)]
 
 
 def test_a_column_of_one_encoded_length_needs_no_mask():
@@ -125,8 +139,9 @@ def test_changelog_columns_equal_fastavro_rows(data):
     n = data.draw(st.integers(1, 25))
     ints = st.lists(INT64, min_size=n, max_size=n)
     cols = {
-        "key": data.draw(st.lists(st.sampled_from(data.draw(st.lists(KEYS, min_size=1, max_size=4))),
-                                  min_size=n, max_size=n)),
+        "key": data.draw(
+            st.lists(st.sampled_from(data.draw(st.lists(KEYS, min_size=1, max_size=4))), min_size=n, max_size=n)
+        ),
         "start": np.array(data.draw(ints), dtype=np.int64),
         "end": np.array(data.draw(ints), dtype=np.int64),
         "ts": np.array(data.draw(ints), dtype=np.int64),
@@ -139,8 +154,11 @@ def test_changelog_columns_equal_fastavro_rows(data):
         },
     }
     emit_time = data.draw(INT64)
-    formats = data.draw(st.sampled_from([("avro", "avro"), ("windowed", "avro"), ("json", "avro"),
-                                         ("string", "avro"), ("avro", "json")]))
+    formats = data.draw(
+        st.sampled_from(
+            [("avro", "avro"), ("windowed", "avro"), ("json", "avro"), ("string", "avro"), ("avro", "json")]
+        )
+    )
     enc = _encoder(*formats)
     keys, values = enc.encode_columns(cols, emit_time)
     assert (keys, values) == _per_row(enc, cols, emit_time)
@@ -148,15 +166,23 @@ def test_changelog_columns_equal_fastavro_rows(data):
         assert isinstance(keys, RowBlock) and isinstance(values, RowBlock)
 
 
-@pytest.mark.parametrize("column", [
-    [1, None, 3],  # a null
-    [1, 2.5, 3],  # mixed int and float
-    np.array([True, False, True]),  # bools are not longs
-    [2**63, 1, 2],  # beyond int64
-])
+@pytest.mark.parametrize(
+    "column",
+    [
+        [1, None, 3],  # a null
+        [1, 2.5, 3],  # mixed int and float
+        np.array([True, False, True]),  # bools are not longs
+        [2**63, 1, 2],  # beyond int64
+    ],
+)
 def test_changelog_columns_that_do_not_fit_fall_back_to_identical_rows(column):
-    cols = {"key": ["a", "b", "a"], "start": [0, 5, 10], "end": [10, 15, 20], "ts": [1, 6, 11], "count": [1, 2, 3],
-            "values": {"count": [1, 2, 3], "sum_amount": [4, 5, 6], "max_amount": column,
-                       "mean_amount": [0.5, 1.0, None]}}
+    cols = {
+        "key": ["a", "b", "a"],
+        "start": [0, 5, 10],
+        "end": [10, 15, 20],
+        "ts": [1, 6, 11],
+        "count": [1, 2, 3],
+        "values": {"count": [1, 2, 3], "sum_amount": [4, 5, 6], "max_amount": column, "mean_amount": [0.5, 1.0, None]},
+    }
     enc = _encoder()
     assert enc.encode_columns(cols, 9) == _per_row(enc, cols, 9)

@@ -32,16 +32,20 @@ def test_partitions_are_librdkafkas_murmur2_random(keys, count):
     lib = ctypes.CDLL(library_path())
     f = lib.rd_kafka_msg_partitioner_murmur2_random  # public API: for a key it is murmur2 (no topic needed)
     f.restype = ctypes.c_int32
-    f.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int32, ctypes.c_void_p,
-                  ctypes.c_void_p]
+    f.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p]
     assert partitions(RowBlock.of(keys), count).tolist() == [f(None, k, len(k), count, None, None) for k in keys]
 
 
 def test_known_values_and_edges():
     # Kafka's own test vectors (clients/src/test/.../UtilsTest.java, testMurmur2): the Java int values
-    java_ints = {b"21": -973932308, b"foobar": -790332482, b"a-little-bit-long-string": -985981536,
-                 b"a-little-bit-longer-string": -1486304829,
-                 b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971, b"abc": 479470107}
+    java_ints = {
+        b"21": -973932308,
+        b"foobar": -790332482,
+        b"a-little-bit-long-string": -985981536,
+        b"a-little-bit-longer-string": -1486304829,
+        b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+        b"abc": 479470107,
+    }
     got = murmur2(RowBlock.of(list(java_ints))).view(np.int32).tolist()
     assert got == list(java_ints.values())
     assert murmur2(RowBlock.of([])).tolist() == []

@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 
 from connectors.producer import (
-    DeliveryError, OutputProducer, check_producer_config, close_producers, producer_config, producer_for,
+    DeliveryError,
+    OutputProducer,
+    check_producer_config,
+    close_producers,
+    producer_config,
+    producer_for,
 )
 
 
@@ -119,7 +124,7 @@ def test_a_failure_fails_every_batch_in_flight_and_no_later_one():
         failed.set()
         t.join()
         assert isinstance(results["wait"], DeliveryError)
-        with pytest.raises(DeliveryError, match="1 output records were not delivered.*t: broker down"):
+        with pytest.raises(DeliveryError, match=r"1 output records were not delivered.*t: broker down"):
             p.wait()
         p.send([], [], [], [])  # a batch after the failure
         assert p.wait() == 0
@@ -128,6 +133,6 @@ def test_a_failure_fails_every_batch_in_flight_and_no_later_one():
 
 
 def test_rejected_settings_fail_at_start():
-    with pytest.raises(ValueError, match="no.such.setting"):
+    with pytest.raises(ValueError, match=r"no.such.setting"):
         check_producer_config(producer_config("localhost:9092", [("no.such.setting", "1")]))
     check_producer_config(producer_config("localhost:9092", [("security.protocol", "PLAINTEXT")]))

@@ -83,7 +83,7 @@ def test_undelivered_rows_raise():
 def test_a_row_librdkafka_refuses_raises():
     p = OutputProducer({**producer_config("127.0.0.1:1"), "message.max.bytes": "1000", "message.timeout.ms": "500"})
     try:
-        with pytest.raises(BatchRefused, match="refused output row 1 of 2 for t: .*too large"):
+        with pytest.raises(BatchRefused, match=r"refused output row 1 of 2 for t: .*too large"):
             p.send_rows("t", RowBlock.of([b"a", b"b"]), RowBlock.of([b"small", bytes(5000)]))
     finally:
         p.close()  # the first row was queued: it fails within message.timeout.ms
@@ -105,7 +105,8 @@ def test_null_keys_and_a_missing_library_take_the_per_row_path(monkeypatch, capl
         q.send_rows("t", [b"k"], [b"v"])
     assert q._batches is None and len(sent) == 3
     assert [r.getMessage() for r in caplog.records].count(
-        "changelog rows go one produce() call at a time: no librdkafka here") == 1
+        "changelog rows go one produce() call at a time: no librdkafka here"
+    ) == 1
     q.close()
 
     off = OutputProducer(producer_config("127.0.0.1:1"), batches=False)
@@ -116,7 +117,7 @@ def test_null_keys_and_a_missing_library_take_the_per_row_path(monkeypatch, capl
 
 
 def test_rejected_settings_name_the_setting():
-    with pytest.raises(ValueError, match="librdkafka rejects no.such.setting=1"):
+    with pytest.raises(ValueError, match=r"librdkafka rejects no.such.setting=1"):
         rdkafka_batch.BatchProducer({"no.such.setting": "1"}, lambda n, t: None)
 
 

@@ -8,9 +8,9 @@ import struct
 
 import numpy as np
 import pytest
+from fastavro import parse_schema
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from fastavro import parse_schema
 
 from connectors.avro import decode_body, encode, split_wire
 from connectors.output import (
@@ -44,7 +44,7 @@ def registry():
 
 
 def spec(**kw):
-    base = dict(format="json", key_field="", timestamp_field="", fields=aggregation_fields("count,sum:amount"))
+    base = {"format": "json", "key_field": "", "timestamp_field": "", "fields": aggregation_fields("count,sum:amount")}
     base.update(kw)
     return InputSpec(**base)
 
@@ -61,8 +61,11 @@ def test_json_good_record():
 
 def test_json_key_and_time_from_fields():
     d = InputDecoder(spec(key_field="account", timestamp_field="ts"))
-    assert d.decode(None, b'{"account": "a", "amount": 1.5, "ts": 7}', 99) == ("a", {"account": "a", "amount": 1.5,
-                                                                                    "ts": 7}, 7)
+    assert d.decode(None, b'{"account": "a", "amount": 1.5, "ts": 7}', 99) == (
+        "a",
+        {"account": "a", "amount": 1.5, "ts": 7},
+        7,
+    )
     assert d.decode(None, b'{"account": 42, "amount": 1, "ts": 7}', 99)[0] == "42"
 
 
@@ -118,8 +121,7 @@ def test_avro_decoder_good_and_bad(registry):
     reg = SchemaRegistry(registry.url)
     sid = reg.register("payments-value", PAYMENT)
     other = reg.register("other-value", OTHER)
-    d = InputDecoder(spec(format="avro", key_field="account", timestamp_field="ts",
-                          schema_registry_url=registry.url))
+    d = InputDecoder(spec(format="avro", key_field="account", timestamp_field="ts", schema_registry_url=registry.url))
     good = encode(sid, parse_schema(PAYMENT), {"account": "a", "amount": 3, "ts": 10})
     assert d.decode(None, good, 0) == ("a", {"account": "a", "amount": 3, "ts": 10}, 10)
 
@@ -135,16 +137,19 @@ def test_avro_decoder_good_and_bad(registry):
     assert reason(good + b"\x00\x00") == "undecodable-value"  # trailing bytes
     assert reason(encode(other, parse_schema(OTHER), {"x": "y"})) == "null-key"  # other schema, no key field
     assert reason(encode(sid, parse_schema(PAYMENT), {"account": None, "amount": 3, "ts": 10})) == "null-key"
-    assert reason(encode(sid, parse_schema(PAYMENT), {"account": "a", "amount": 3, "ts": None})) == \
-        "missing-timestamp"
-    assert reason(encode(sid, parse_schema(PAYMENT), {"account": "a", "amount": 3, "ts": -3})) == \
-        "invalid-timestamp"
+    assert reason(encode(sid, parse_schema(PAYMENT), {"account": "a", "amount": 3, "ts": None})) == "missing-timestamp"
+    assert reason(encode(sid, parse_schema(PAYMENT), {"account": "a", "amount": 3, "ts": -3})) == "invalid-timestamp"
 
 
 def test_avro_timestamp_millis_logical_type(registry):
-    schema = {"type": "record", "name": "E", "fields": [
-        {"name": "k", "type": "string"},
-        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}}]}
+    schema = {
+        "type": "record",
+        "name": "E",
+        "fields": [
+            {"name": "k", "type": "string"},
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        ],
+    }
     reg = SchemaRegistry(registry.url)
     sid = reg.register("e-value", schema)
     d = InputDecoder(InputSpec(format="avro", key_field="k", timestamp_field="at", schema_registry_url=registry.url))
@@ -164,9 +169,15 @@ def test_json_changelog_is_deterministic_and_complete():
     enc = ChangelogEncoder(ChangelogSpec("json", "json", "count,sum:amount,max:amount"))
     keys, values = enc.encode([("a", 0, 10, {"count": 2, "sum_amount": 5, "max_amount": 4}, 7, 2)], emit_time=99)
     assert keys == [b'{"key":"a","window_start":0,"window_end":10}']
-    assert json.loads(values[0]) == {"key": "a", "window_start": 0, "window_end": 10, "record_count": 2,
-                                     "max_timestamp": 7, "emit_time": 99,
-                                     "aggregates": {"count": 2, "sum_amount": 5, "max_amount": 4}}
+    assert json.loads(values[0]) == {
+        "key": "a",
+        "window_start": 0,
+        "window_end": 10,
+        "record_count": 2,
+        "max_timestamp": 7,
+        "emit_time": 99,
+        "aggregates": {"count": 2, "sum_amount": 5, "max_amount": 4},
+    }
     single = ChangelogEncoder(ChangelogSpec("string", "json", "count"))
     k, v = single.encode([("a", 0, 10, 3, 7, 3)], emit_time=1)
     assert k == [b"a|0|10"] and json.loads(v[0])["aggregates"] == {"count": 3}
@@ -181,8 +192,11 @@ def test_avro_changelog_roundtrip(registry):
     value = {"count": 2, "sum_amount": 5, "mean_amount": 2.5, "collect_amount": [2, 3.0]}
     keys, values = enc.encode([("a", 0, 10, value, 7, 2)], emit_time=99)
     kid2, kbody = split_wire(keys[0])
-    assert kid2 == kid and decode_body(kbody, reg.writer_schema(kid)) == {"key": "a", "window_start": 0,
-                                                                          "window_end": 10}
+    assert kid2 == kid and decode_body(kbody, reg.writer_schema(kid)) == {
+        "key": "a",
+        "window_start": 0,
+        "window_end": 10,
+    }
     vid2, vbody = split_wire(values[0])
     rec = decode_body(vbody, reg.writer_schema(vid2))
     assert rec["aggregates"] == value
@@ -194,15 +208,19 @@ def test_avro_changelog_roundtrip(registry):
 def test_fast_json_encoding_equals_json_dumps(key_format):
     aggs = "count,sum:amount,mean:amount,max:amount,collect:note"
     enc = ChangelogEncoder(ChangelogSpec(key_format, "json", aggs))
-    weird = ['plain', 'quo"te', "back\\slash", "ünïcödé", "tab\there", "emoji 🎉", "nul\x00"]
+    weird = ["plain", 'quo"te', "back\\slash", "ünïcödé", "tab\there", "emoji 🎉", "nul\x00"]
     updates = []
     for i, k in enumerate(weird):
-        value = {"count": i, "sum_amount": i * 1.5 if i % 2 else i, "mean_amount": None if i == 0 else i / 3,
-                 "max_amount": [float("nan"), float("inf"), -float("inf"), 1e300, -0.0, 7, 2**70][i],
-                 "collect_note": ["a", 1, None, 2.5][: i % 4]}
+        value = {
+            "count": i,
+            "sum_amount": i * 1.5 if i % 2 else i,
+            "mean_amount": None if i == 0 else i / 3,
+            "max_amount": [float("nan"), float("inf"), -float("inf"), 1e300, -0.0, 7, 2**70][i],
+            "collect_note": ["a", 1, None, 2.5][: i % 4],
+        }
         updates.append((k, i * 10, i * 10 + 5, value, 100 + i, i))
     keys, values = enc.encode(updates, emit_time=42)
-    for (k, s, e, v, ts, n), kb, vb in zip(updates, keys, values):
+    for (k, s, e, v, ts, n), kb, vb in zip(updates, keys, values, strict=True):
         assert vb == enc.value(k, s, e, v, ts, n, 42)  # byte-identical to json.dumps
         assert kb == enc.key(k, s, e)
         rec = json.loads(vb)
@@ -217,11 +235,20 @@ def test_column_encoding_equals_json_dumps(key_format):
     enc = ChangelogEncoder(ChangelogSpec(key_format, "json", "count,sum:amount,max:amount,mean:amount"))
     keys = ["a%d", 'quo"te', "ünï", "a%d", "tab\there"] * 3
     n = len(keys)
-    values = {"count": np.arange(n, dtype=np.int64), "sum_amount": np.arange(n, dtype=np.int64) * -(2**40),
-              "max_amount": np.array([0.1, float("nan"), float("inf"), -0.0, 1e300] * 3),
-              "mean_amount": np.array([None, 1, 2.5] * 5, dtype=object)}
-    cols = {"key": keys, "start": np.arange(n, dtype=np.int64) * 10, "end": np.arange(n, dtype=np.int64) * 10 + 5,
-            "ts": np.arange(n, dtype=np.int64) + 7, "count": np.arange(n, dtype=np.int64) + 1, "values": values}
+    values = {
+        "count": np.arange(n, dtype=np.int64),
+        "sum_amount": np.arange(n, dtype=np.int64) * -(2**40),
+        "max_amount": np.array([0.1, float("nan"), float("inf"), -0.0, 1e300] * 3),
+        "mean_amount": np.array([None, 1, 2.5] * 5, dtype=object),
+    }
+    cols = {
+        "key": keys,
+        "start": np.arange(n, dtype=np.int64) * 10,
+        "end": np.arange(n, dtype=np.int64) * 10 + 5,
+        "ts": np.arange(n, dtype=np.int64) + 7,
+        "count": np.arange(n, dtype=np.int64) + 1,
+        "values": values,
+    }
     out_keys, out_values = enc.encode_columns(cols, 42)
     for i, k in enumerate(keys):
         s, e = 10 * i, 10 * i + 5
@@ -231,23 +258,30 @@ def test_column_encoding_equals_json_dumps(key_format):
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.one_of(
-    st.binary(max_size=12),
-    st.builds(lambda tail: b"{" + tail, st.binary(max_size=12)),
-    st.builds(lambda o: json.dumps(o, ensure_ascii=False).encode("utf-8"),
-              st.dictionaries(st.text(max_size=4), st.one_of(st.integers(), st.floats(), st.text(max_size=4)),
-                              max_size=3)),
-    st.builds(lambda o, enc: json.dumps(o).encode(enc), st.dictionaries(st.text(max_size=3), st.integers(),
-                                                                        max_size=2),
-              st.sampled_from(["utf-16", "utf-16-le", "utf-32-be", "utf-8-sig"])),
-))
+@given(
+    st.one_of(
+        st.binary(max_size=12),
+        st.builds(lambda tail: b"{" + tail, st.binary(max_size=12)),
+        st.builds(
+            lambda o: json.dumps(o, ensure_ascii=False).encode("utf-8"),
+            st.dictionaries(
+                st.text(max_size=4), st.one_of(st.integers(), st.floats(), st.text(max_size=4)), max_size=3
+            ),
+        ),
+        st.builds(
+            lambda o, enc: json.dumps(o).encode(enc),
+            st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+            st.sampled_from(["utf-16", "utf-16-le", "utf-32-be", "utf-8-sig"]),
+        ),
+    )
+)
 def test_loads_json_is_json_loads(data):
     from connectors.serde import loads_json
 
     def outcome(f):
         try:
             return "ok", json.dumps(f(data), sort_keys=True)
-        except Exception as e:  # noqa: BLE001 - the very exception type must agree
+        except Exception as e:  # the very exception type must agree
             return "error", type(e)
 
     assert outcome(loads_json) == outcome(json.loads)
@@ -256,12 +290,26 @@ def test_loads_json_is_json_loads(data):
 _JSON_VALUES = st.one_of(
     st.binary(max_size=12),
     st.builds(lambda tail: b"{" + tail, st.binary(max_size=12)),
-    st.builds(lambda o: json.dumps(o, ensure_ascii=False).encode("utf-8"),
-              st.dictionaries(st.text(max_size=4), st.one_of(st.integers(), st.floats(), st.text(max_size=4)),
-                              max_size=3)),
+    st.builds(
+        lambda o: json.dumps(o, ensure_ascii=False).encode("utf-8"),
+        st.dictionaries(st.text(max_size=4), st.one_of(st.integers(), st.floats(), st.text(max_size=4)), max_size=3),
+    ),
     # fragments that only parse when joined with their neighbours (an array parse of the batch would accept them)
-    st.sampled_from([b'{"a": "}', b'{"}', b'{"c":1},{"d":2}', b'{"x": [1', b'2]}', b'{"a":1} ', b'{"a":1}\x00',
-                     b'{"a":1} x', b'{"a":"\xed\xa0\x80"}', b'{"a":"\xff"}', b'\xef\xbb\xbf{"a":1}']),
+    st.sampled_from(
+        [
+            b'{"a": "}',
+            b'{"}',
+            b'{"c":1},{"d":2}',
+            b'{"x": [1',
+            b"2]}",
+            b'{"a":1} ',
+            b'{"a":1}\x00',
+            b'{"a":1} x',
+            b'{"a":"\xed\xa0\x80"}',
+            b'{"a":"\xff"}',
+            b'\xef\xbb\xbf{"a":1}',
+        ]
+    ),
 )
 
 
@@ -272,10 +320,10 @@ def test_loads_json_objects_parses_each_value_as_json_loads_or_leaves_it(values)
 
     got = loads_json_objects(values)
     assert len(got) == len(values)
-    for v, obj in zip(values, got):
+    for v, obj in zip(values, got, strict=True):
         try:
             expected = json.loads(v)
-        except Exception:  # noqa: BLE001 - any failure: the batch parse must leave it to the per-record path
+        except Exception:  # any failure: the batch parse must leave it to the per-record path
             assert obj is None, v
             continue
         if obj is not None:
@@ -289,18 +337,30 @@ def test_loads_json_objects_parses_each_value_as_json_loads_or_leaves_it(values)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=4), st.just(b"acct-1")),
-                          st.one_of(st.none(), _JSON_VALUES,
-                                    st.builds(lambda a, t: json.dumps({"amount": a, "t": t}).encode(),
-                                              st.one_of(st.integers(-5, 5), st.text(max_size=2), st.none()),
-                                              st.one_of(st.integers(-3, 10**13), st.none()))),
-                          st.one_of(st.none(), st.integers(-2, 10**13))), max_size=10),
-       st.sampled_from(["", "t"]))
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.binary(max_size=4), st.just(b"acct-1")),
+            st.one_of(
+                st.none(),
+                _JSON_VALUES,
+                st.builds(
+                    lambda a, t: json.dumps({"amount": a, "t": t}).encode(),
+                    st.one_of(st.integers(-5, 5), st.text(max_size=2), st.none()),
+                    st.one_of(st.integers(-3, 10**13), st.none()),
+                ),
+            ),
+            st.one_of(st.none(), st.integers(-2, 10**13)),
+        ),
+        max_size=10,
+    ),
+    st.sampled_from(["", "t"]),
+)
 def test_decode_batch_is_decode_record_by_record(records, timestamp_field):
     from connectors.serde import BadRecord, InputDecoder, InputSpec
 
     dec = InputDecoder(InputSpec(format="json", timestamp_field=timestamp_field, fields=(("amount", True),)))
-    keys, values, timestamps = (list(c) for c in zip(*records)) if records else ([], [], [])
+    keys, values, timestamps = (list(c) for c in zip(*records, strict=True)) if records else ([], [], [])
     good, bad = dec.decode_batch(keys, values, timestamps)
     expected_good, expected_bad = [], []
     for i, (k, v, t) in enumerate(records):
@@ -319,35 +379,55 @@ _GOOD_KEY = st.one_of(st.just(b"acct-1"), st.text(max_size=3).map(lambda t: t.en
 _COLUMN_RECORD = st.tuples(
     st.one_of(_GOOD_KEY, _GOOD_KEY, _GOOD_KEY, st.none(), st.sampled_from([b"\xff", b"a\x00b", b"\xe2\x82"])),
     st.one_of(
-        st.builds(lambda a, note, k, t: json.dumps({"amount": a, "note": note, "k": k, "t": t}).encode(),
-                  st.one_of(st.integers(-5, 5), st.floats(allow_nan=False), st.integers(-5, 5)),
-                  st.one_of(st.text(max_size=2), st.none(), st.lists(st.integers(), max_size=2)),
-                  st.one_of(st.just("acct-2"), st.just("acct-2"), st.integers(0, 3), st.none()),
-                  st.one_of(st.integers(0, 10**13), st.integers(0, 10**13), st.just(-1), st.just(True))),
-        st.sampled_from([b'{"amount": true, "note": 1, "k": "x", "t": 1}', b'{"note": 1, "k": "x", "t": 1}',
-                         b'{"amount": 1, "k": "x", "t": 1}', b'[1]', b'{"amount": 1', None, b'\xff']),
+        st.builds(
+            lambda a, note, k, t: json.dumps({"amount": a, "note": note, "k": k, "t": t}).encode(),
+            st.one_of(st.integers(-5, 5), st.floats(allow_nan=False), st.integers(-5, 5)),
+            st.one_of(st.text(max_size=2), st.none(), st.lists(st.integers(), max_size=2)),
+            st.one_of(st.just("acct-2"), st.just("acct-2"), st.integers(0, 3), st.none()),
+            st.one_of(st.integers(0, 10**13), st.integers(0, 10**13), st.just(-1), st.just(True)),
+        ),
+        st.sampled_from(
+            [
+                b'{"amount": true, "note": 1, "k": "x", "t": 1}',
+                b'{"note": 1, "k": "x", "t": 1}',
+                b'{"amount": 1, "k": "x", "t": 1}',
+                b"[1]",
+                b'{"amount": 1',
+                None,
+                b"\xff",
+            ]
+        ),
     ),
     st.one_of(st.integers(0, 10**13), st.integers(0, 10**13), st.none(), st.just(-3), st.just(True)),
 )
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(_COLUMN_RECORD, max_size=8), st.sampled_from(["", "k"]), st.sampled_from(["", "t"]),
-       st.booleans())
+@given(st.lists(_COLUMN_RECORD, max_size=8), st.sampled_from(["", "k"]), st.sampled_from(["", "t"]), st.booleans())
 def test_decode_columns_is_decode_batch_as_columns(records, key_field, timestamp_field, all_good_only):
     from connectors.serde import Decoded
 
-    dec = InputDecoder(InputSpec(format="json", key_field=key_field, timestamp_field=timestamp_field,
-                                 fields=(("amount", True), ("note", False))))
+    dec = InputDecoder(
+        InputSpec(
+            format="json",
+            key_field=key_field,
+            timestamp_field=timestamp_field,
+            fields=(("amount", True), ("note", False)),
+        )
+    )
     if all_good_only:  # the column check's own case: keep only the records decode() accepts
         records = [r for r in records if _good(dec, *r)]
-    keys, values, timestamps = (list(c) for c in zip(*records)) if records else ([], [], [])
+    keys, values, timestamps = (list(c) for c in zip(*records, strict=True)) if records else ([], [], [])
     got, bad = dec.decode_columns(keys, values, timestamps, ("amount", "note"))
     good_records, expected_bad = dec.decode_batch(keys, values, timestamps)
     expected = Decoded.of(good_records, ("amount", "note"))
     assert bad == expected_bad
-    assert (got.index, got.keys, got.ts.dtype, got.ts.tolist()) == (expected.index, expected.keys, np.int64,
-                                                                      expected.ts.tolist())
+    assert (got.index, got.keys, got.ts.dtype, got.ts.tolist()) == (
+        expected.index,
+        expected.keys,
+        np.int64,
+        expected.ts.tolist(),
+    )
     assert json.dumps([got.values, got.fields]) == json.dumps([expected.values, expected.fields])
     assert [type(v) for v in got.fields["amount"]] == [type(v) for v in expected.fields["amount"]]
 
@@ -382,7 +462,8 @@ def test_decode_columns_parses_a_batch_with_a_bad_record_once(monkeypatch):
     calls = []
     real = serde.loads_json_objects
     monkeypatch.setattr(serde, "loads_json_objects", lambda values: calls.append(1) or real(values))
-    got, bad = InputDecoder(spec()).decode_columns([b"a", None], [b'{"amount": 1}', b'{"amount": 2}'], [5, 6],
-                                                   ("amount",))
+    got, bad = InputDecoder(spec()).decode_columns(
+        [b"a", None], [b'{"amount": 1}', b'{"amount": 2}'], [5, 6], ("amount",)
+    )
     assert calls == [1]
     assert got.keys == ["a"] and [(i, r) for i, r, _m in bad] == [(1, "null-key")]

@@ -106,7 +106,7 @@ def test_cli_start_status_stop(tmp_path: Path) -> None:
     from devtools.local_broker import broker_status, metadata_ready
 
     data_dir = tmp_path / "kafka"
-    cli = [sys.executable, "-m", "devtools.local_broker"]
+    cli = [sys.executable, "-m", "devtools.broker_cli"]
     root = Path(__file__).resolve().parents[2]
 
     def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

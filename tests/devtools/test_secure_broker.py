@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from connectors.security import check_access
-from devtools.local_broker import BrokerState, main
+from devtools.broker_cli import main
+from devtools.local_broker import BrokerState
 from devtools.secure_broker import dev_admin_config
 
 pytestmark = pytest.mark.integration

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import random
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from connectors.serde import BadRecord, InputDecoder, InputSpec, aggregation_fields
 from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations
@@ -136,8 +137,16 @@ def _aggregates(spec: str, value: Any) -> dict[str, Any]:
     return value if len(names) > 1 else {names[0]: value}
 
 
-def replay(events: list[Event], *, td: int, grace: int, aggregations: str, emit: str, spec: InputSpec | None = None,
-           registry: Any = None) -> Expected:
+def replay(
+    events: list[Event],
+    *,
+    td: int,
+    grace: int,
+    aggregations: str,
+    emit: str,
+    spec: InputSpec | None = None,
+    registry: Any = None,
+) -> Expected:
     """Feed each partition's events (offset = position within the partition) through one processor."""
     spec = spec or InputSpec(fields=aggregation_fields(aggregations))
     decoder = InputDecoder(spec, registry=registry)
@@ -155,7 +164,8 @@ def replay(events: list[Event], *, td: int, grace: int, aggregations: str, emit:
         proc = procs.get(ev.partition)
         if proc is None:
             proc = procs[ev.partition] = SlidingWindowProcessor(
-                SlidingWindows(td, grace), parse_aggregations(aggregations), emit, collect_drops=True)
+                SlidingWindows(td, grace), parse_aggregations(aggregations), emit, collect_drops=True
+            )
         ups = proc.process(k, v, t)
         if emit == "update":
             ups = proc.flush()  # the final value of a window does not depend on when the cache is flushed

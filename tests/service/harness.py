@@ -29,11 +29,16 @@ class ServiceProcess:
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> "ServiceProcess":
-        fh = open(self.log, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "service", "run", *self.args], cwd=PROJECT, stdout=fh,
-                                     stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
-        fh.close()
+    def start(self) -> ServiceProcess:
+        with open(self.log, "ab") as fh:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "service", "run", *self.args],
+                cwd=PROJECT,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+            )
         return self
 
     def alive(self) -> bool:
@@ -79,8 +84,9 @@ class ServiceProcess:
         return "\n".join(keep[-lines:])
 
 
-def produce(bootstrap: str, topic: str, events: Iterable[Event], config: dict[str, Any] | None = None
-            ) -> dict[int, int]:
+def produce(
+    bootstrap: str, topic: str, events: Iterable[Event], config: dict[str, Any] | None = None
+) -> dict[int, int]:
     """Produce in order with explicit partitions and timestamps (idempotent producer: per-partition order is
     production order). Returns the number of records per partition. ``config``: extra client settings
     (credentials of a secured broker)."""
@@ -113,13 +119,21 @@ class OutRecord:
     timestamp: int
 
 
-def consume_all(bootstrap: str, topic: str, timeout: float = 60, config: dict[str, Any] | None = None
-                ) -> list[OutRecord]:
+def consume_all(
+    bootstrap: str, topic: str, timeout: float = 60, config: dict[str, Any] | None = None
+) -> list[OutRecord]:
     """Everything in ``topic`` up to its current end offsets, in (partition, offset) order."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{time.monotonic_ns()}",
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest", **(config or {})})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **(config or {}),
+        }
+    )
     try:
         md = c.list_topics(topic, timeout=30).topics[topic]
         ends = {}
@@ -129,17 +143,29 @@ def consume_all(bootstrap: str, topic: str, timeout: float = 60, config: dict[st
                 ends[p] = hi
         c.assign([TopicPartition(topic, p, 0) for p in ends])
         out: list[OutRecord] = []
-        pos = {p: 0 for p in ends}
+        pos = dict.fromkeys(ends, 0)
         deadline = time.monotonic() + timeout
         while any(pos[p] < ends[p] for p in ends):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"could not read {topic} to its end: at {pos}, end {ends}")
-            for m in c.consume(1000, timeout=1.0):
+            msgs = c.consume(1000, timeout=1.0)
+            for m in msgs:
                 if m.error():
                     continue
                 pos[m.partition()] = m.offset() + 1
-                out.append(OutRecord(m.partition(), m.offset(), m.key(), m.value(),
-                                     {k: v for k, v in (m.headers() or [])}, m.timestamp()[1]))
+                out.append(
+                    OutRecord(
+                        m.partition(),
+                        m.offset(),
+                        m.key(),
+                        m.value(),
+                        dict(m.headers() or []),
+                        m.timestamp()[1],
+                    )
+                )
+            if not msgs:  # a transactional topic ends with a commit marker, never delivered: the position is past it
+                for tp in c.position([TopicPartition(topic, p) for p in ends]):
+                    pos[tp.partition] = max(pos[tp.partition], tp.offset)
         out.sort(key=lambda r: (r.partition, r.offset))
         return out
     finally:
@@ -162,8 +188,14 @@ def committed_offsets(checkpoint: Path) -> tuple[int, dict[str, dict[int, int]]]
     return ids[-1], offsets
 
 
-def wait_until_committed(checkpoint: Path, topic: str, ends: dict[int, int], service: ServiceProcess,
-                         timeout: float = 300, min_batch: int = -1) -> int:
+def wait_until_committed(
+    checkpoint: Path,
+    topic: str,
+    ends: dict[int, int],
+    service: ServiceProcess,
+    timeout: float = 300,
+    min_batch: int = -1,
+) -> int:
     """Wait until the service committed a micro-batch that reached ``ends`` (and has id >= ``min_batch``)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -174,5 +206,6 @@ def wait_until_committed(checkpoint: Path, topic: str, ends: dict[int, int], ser
         if not service.alive():
             raise AssertionError(f"the service exited ({service.proc.returncode}):\n{service.tail()}")
         time.sleep(0.5)
-    raise AssertionError(f"not all input committed within {timeout}s (last {committed_offsets(checkpoint)}):\n"
-                         f"{service.tail()}")
+    raise AssertionError(
+        f"not all input committed within {timeout}s (last {committed_offsets(checkpoint)}):\n{service.tail()}"
+    )

@@ -49,8 +49,9 @@ class _Error(Exception):
 class SchemaRegistryDouble:
     """``with SchemaRegistryDouble() as sr: sr.url`` - an in-memory registry on a free local port."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, tls_certfile: str | None = None,
-                 basic_auth: str | None = None) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, *, tls_certfile: str | None = None, basic_auth: str | None = None
+    ) -> None:
         """``tls_certfile``: serve https with this PEM (key + certificate chain); ``basic_auth``: require
         ``user:password`` (401 otherwise), like a secured registry."""
         self._lock = threading.Lock()
@@ -132,7 +133,7 @@ class SchemaRegistryDouble:
         host, port = self._server.server_address[:2]
         return f"{'https' if self._tls else 'http'}://{host}:{port}"
 
-    def start(self) -> "SchemaRegistryDouble":
+    def start(self) -> SchemaRegistryDouble:
         self._thread = threading.Thread(target=self._server.serve_forever, name="schema-registry-double", daemon=True)
         self._thread.start()
         return self
@@ -141,7 +142,7 @@ class SchemaRegistryDouble:
         self._server.shutdown()
         self._server.server_close()
 
-    def __enter__(self) -> "SchemaRegistryDouble":
+    def __enter__(self) -> SchemaRegistryDouble:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -201,8 +202,11 @@ class SchemaRegistryDouble:
             sid = int(segs[2])
             schema_str, schema_type, _ = self.schemas[sid]
             if len(segs) == 4 and segs[3] == "versions":
-                return 200, [{"subject": s, "version": v.index(sid) + 1} for s, v in self.subjects.items()
-                             if sid in v and s not in self.deleted]
+                return 200, [
+                    {"subject": s, "version": v.index(sid) + 1}
+                    for s, v in self.subjects.items()
+                    if sid in v and s not in self.deleted
+                ]
             out: dict[str, Any] = {"schema": schema_str}
             if schema_type != "AVRO":
                 out["schemaType"] = schema_type
@@ -237,13 +241,21 @@ class SchemaRegistryDouble:
             subject = segs[1] if len(segs) == 2 else None
             if method == "GET":
                 if subject is not None and subject not in self.config:
-                    raise _Error(404, 40408, f"Subject '{subject}' does not have subject-level compatibility "
-                                             f"configured")
+                    raise _Error(
+                        404, 40408, f"Subject '{subject}' does not have subject-level compatibility configured"
+                    )
                 return 200, {"compatibilityLevel": self.config[subject]}
             if method == "PUT":
                 level = (body or {}).get("compatibility")
-                if level not in ("BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL",
-                                 "FULL_TRANSITIVE", "NONE"):
+                if level not in (
+                    "BACKWARD",
+                    "BACKWARD_TRANSITIVE",
+                    "FORWARD",
+                    "FORWARD_TRANSITIVE",
+                    "FULL",
+                    "FULL_TRANSITIVE",
+                    "NONE",
+                ):
                     raise _Error(422, 42203, "Invalid compatibility level")
                 self.config[subject] = level
                 return 200, {"compatibility": level}

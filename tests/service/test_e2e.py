@@ -71,8 +71,9 @@ def check_late_and_dead(bootstrap, topics, exp, events):
         assert (r.key, r.value) == (ev.key, ev.value) and r.headers["reason"] == b"late"
         assert r.headers["topic"].decode() == topics["in"]
     dead = consume_all(bootstrap, topics["dlq"])
-    assert {(int(r.headers["partition"]), int(r.headers["offset"])): r.headers["error"].decode()
-            for r in dead} == exp.dead
+    assert {
+        (int(r.headers["partition"]), int(r.headers["offset"])): r.headers["error"].decode() for r in dead
+    } == exp.dead
     for r in dead:
         ev = by_part[int(r.headers["partition"])][int(r.headers["offset"])]
         assert (r.key, r.value) == (ev.key, ev.value) and r.headers["topic"].decode() == topics["in"]
@@ -87,10 +88,21 @@ def run_json_update(bootstrap, topics, tmp_path, n_events, seed, *extra):
     assert all(notes[n] for n in ("ooo", "late", "dup", "bad")), notes
     ends = produce(bootstrap, topics["in"], events)
     ck = tmp_path / "checkpoint"
-    svc = ServiceProcess(service_args(bootstrap, topics, ck, "--changelog-format", "json",
-                                      "--changelog-key-format", "json", "--max-offsets-per-trigger", "1000",
-                                      *extra),
-                         tmp_path / "service.log").start()
+    svc = ServiceProcess(
+        service_args(
+            bootstrap,
+            topics,
+            ck,
+            "--changelog-format",
+            "json",
+            "--changelog-key-format",
+            "json",
+            "--max-offsets-per-trigger",
+            "1000",
+            *extra,
+        ),
+        tmp_path / "service.log",
+    ).start()
     try:
         batch = wait_until_committed(ck, topics["in"], ends, svc)
     finally:
@@ -114,32 +126,53 @@ def test_end_to_end_json_update(kafka_bootstrap, topics, tmp_path):
 
 def test_end_to_end_other_sink(kafka_bootstrap, topics, tmp_path):
     """The sink that is not the default (spark: Spark's Kafka sink; direct: the workers' producers)."""
-    run_json_update(kafka_bootstrap, topics, tmp_path, 1500, 404, "--sink", OTHER_SINK,
-                    "--max-offsets-per-trigger", "500")
+    run_json_update(
+        kafka_bootstrap, topics, tmp_path, 1500, 404, "--sink", OTHER_SINK, "--max-offsets-per-trigger", "500"
+    )
 
 
 def test_end_to_end_avro_every_fields(kafka_bootstrap, topics, tmp_path):
     """Avro (Schema Registry wire format) in and out, key and event time from value fields, Kafka Streams
     windowed keys, emit every: the changelog is exactly the uncached Kafka Streams sequence per partition."""
-    schema = {"type": "record", "name": "Payment", "namespace": "demo", "fields": [
-        {"name": "account", "type": ["null", "string"], "default": None},
-        {"name": "amount", "type": ["null", "long", "string"], "default": None},
-        {"name": "ts", "type": ["null", "long"], "default": None}]}
+    schema = {
+        "type": "record",
+        "name": "Payment",
+        "namespace": "demo",
+        "fields": [
+            {"name": "account", "type": ["null", "string"], "default": None},
+            {"name": "amount", "type": ["null", "long", "string"], "default": None},
+            {"name": "ts", "type": ["null", "long"], "default": None},
+        ],
+    }
     with SchemaRegistryDouble() as sr:
         reg = SchemaRegistry(sr.url)
         sid = reg.register(f"{topics['in']}-value", schema)
         parsed = parse_schema(schema)
 
         def enc(rec):
-            return encode(sid, parsed, {"account": rec.get("account"), "amount": rec.get("amount"),
-                                        "ts": rec.get("ts")})
+            return encode(
+                sid, parsed, {"account": rec.get("account"), "amount": rec.get("amount"), "ts": rec.get("ts")}
+            )
 
         kinds = ("undecodable", "missing-amount", "string-amount", "null-key", "negative-ts", "missing-ts")
-        events = payment_events(2000, keys=12, partitions=PARTITIONS, td=TD, grace=GRACE, seed=202,
-                                key_in_value=True, time_in_value=True, encode=enc, bad_kinds=kinds)
+        events = payment_events(
+            2000,
+            keys=12,
+            partitions=PARTITIONS,
+            td=TD,
+            grace=GRACE,
+            seed=202,
+            key_in_value=True,
+            time_in_value=True,
+            encode=enc,
+            bad_kinds=kinds,
+        )
         # hand-made bad inputs: wrong magic byte, unknown schema id, truncated body, another schema's record
-        other = {"type": "record", "name": "Refund", "fields": [{"name": "account", "type": "string"},
-                                                                {"name": "ts", "type": "long"}]}
+        other = {
+            "type": "record",
+            "name": "Refund",
+            "fields": [{"name": "account", "type": "string"}, {"name": "ts", "type": "long"}],
+        }
         other_id = reg.register(f"{topics['in']}-refund", other)
         ts0 = events[-1].timestamp
         good = enc({"account": "acct-1", "amount": 5, "ts": ts0})
@@ -148,17 +181,40 @@ def test_end_to_end_avro_every_fields(kafka_bootstrap, topics, tmp_path):
                 Event(p, None, b"\x01" + good[1:], ts0, "bad:magic"),
                 Event(p, None, b"\x00\x00\x01\x86\x9f" + good[5:], ts0, "bad:unknown-schema"),
                 Event(p, None, good[:-4], ts0, "bad:truncated"),
-                Event(p, None, encode(other_id, parse_schema(other), {"account": "acct-1", "ts": ts0}), ts0,
-                      "bad:other-schema"),
+                Event(
+                    p,
+                    None,
+                    encode(other_id, parse_schema(other), {"account": "acct-1", "ts": ts0}),
+                    ts0,
+                    "bad:other-schema",
+                ),
             ]
         ends = produce(kafka_bootstrap, topics["in"], events)
         ck = tmp_path / "checkpoint"
-        svc = ServiceProcess(service_args(kafka_bootstrap, topics, ck, "--input-format", "avro",
-                                          "--schema-registry-url", sr.url, "--key-field", "account",
-                                          "--timestamp-field", "ts", "--changelog-format", "avro",
-                                          "--changelog-key-format", "windowed", "--emit", "every",
-                                          "--max-offsets-per-trigger", "700"),
-                             tmp_path / "service.log").start()
+        svc = ServiceProcess(
+            service_args(
+                kafka_bootstrap,
+                topics,
+                ck,
+                "--input-format",
+                "avro",
+                "--schema-registry-url",
+                sr.url,
+                "--key-field",
+                "account",
+                "--timestamp-field",
+                "ts",
+                "--changelog-format",
+                "avro",
+                "--changelog-key-format",
+                "windowed",
+                "--emit",
+                "every",
+                "--max-offsets-per-trigger",
+                "700",
+            ),
+            tmp_path / "service.log",
+        ).start()
         try:
             wait_until_committed(ck, topics["in"], ends, svc)
         finally:
@@ -167,8 +223,14 @@ def test_end_to_end_avro_every_fields(kafka_bootstrap, topics, tmp_path):
 
         spec = InputSpec("avro", "account", "ts", aggregation_fields(AGGS), sr.url)
         exp = replay(events, td=TD, grace=GRACE, aggregations=AGGS, emit="every", spec=spec, registry=reg)
-        assert {"schema-mismatch", "null-key", "invalid-timestamp", "missing-timestamp", "undecodable-value",
-                "unknown-schema"} <= set(exp.dead.values())
+        assert {
+            "schema-mismatch",
+            "null-key",
+            "invalid-timestamp",
+            "missing-timestamp",
+            "undecodable-value",
+            "unknown-schema",
+        } <= set(exp.dead.values())
         changelog = consume_all(kafka_bootstrap, topics["out"])
         by_key: dict[str, list] = {}
         for r in changelog:
@@ -176,16 +238,18 @@ def test_end_to_end_avro_every_fields(kafka_bootstrap, topics, tmp_path):
             vid, body = split_wire(r.value)
             v = decode_body(body, reg.writer_schema(vid))
             assert (v["key"], v["window_start"], v["window_end"]) == (key, start, start + TD)
-            by_key.setdefault(key, []).append((key, start, start + TD, v["aggregates"], v["record_count"],
-                                               v["max_timestamp"]))
+            by_key.setdefault(key, []).append(
+                (key, start, start + TD, v["aggregates"], v["record_count"], v["max_timestamp"])
+            )
         # a key lives in one partition and the output partition is a function of the window key, so compare
         # the sequence per aggregation key
         expected_by_key: dict[str, list] = {}
         for seq in exp.sequence.values():
             for u in seq:
                 expected_by_key.setdefault(u[0], []).append(u)
-        assert {k: sorted(v, key=repr) for k, v in by_key.items()} == \
-            {k: sorted(v, key=repr) for k, v in expected_by_key.items()}
+        assert {k: sorted(v, key=repr) for k, v in by_key.items()} == {
+            k: sorted(v, key=repr) for k, v in expected_by_key.items()
+        }
         # and per window, the order of its updates is Kafka Streams' order
         per_window = lambda seqs: {w: [u for u in s if u[:3] == w] for s in seqs for w in {u[:3] for u in s}}  # noqa: E731
         assert per_window(by_key.values()) == per_window(expected_by_key.values())
@@ -198,8 +262,17 @@ def test_crash_sigkill_and_restart(kafka_bootstrap, topics, tmp_path):
     events = payment_events(3000, keys=12, partitions=PARTITIONS, td=TD, grace=GRACE, seed=303)
     ends = produce(kafka_bootstrap, topics["in"], events)
     ck = tmp_path / "checkpoint"
-    args = service_args(kafka_bootstrap, topics, ck, "--changelog-format", "json", "--changelog-key-format",
-                        "json", "--max-offsets-per-trigger", "300")
+    args = service_args(
+        kafka_bootstrap,
+        topics,
+        ck,
+        "--changelog-format",
+        "json",
+        "--changelog-key-format",
+        "json",
+        "--max-offsets-per-trigger",
+        "300",
+    )
     first = ServiceProcess(args, tmp_path / "first.log").start()
     try:
         # kill once a couple of micro-batches are committed and the next one is in flight
@@ -212,7 +285,7 @@ def test_crash_sigkill_and_restart(kafka_bootstrap, topics, tmp_path):
             time.sleep(0.2)
     finally:
         first.kill()
-    killed_at, offsets = committed_offsets(ck)
+    _killed_at, offsets = committed_offsets(ck)
     assert sum(offsets[topics["in"]].values()) < len(events)  # really mid-stream
 
     second = ServiceProcess(args, tmp_path / "second.log").start()
@@ -228,13 +301,23 @@ def test_crash_sigkill_and_restart(kafka_bootstrap, topics, tmp_path):
     late = consume_all(kafka_bootstrap, topics["late"])
     assert {(int(r.headers["partition"]), int(r.headers["offset"])) for r in late} == exp.late
     dead = consume_all(kafka_bootstrap, topics["dlq"])
-    assert {(int(r.headers["partition"]), int(r.headers["offset"])): r.headers["error"].decode()
-            for r in dead} == exp.dead
+    assert {
+        (int(r.headers["partition"]), int(r.headers["offset"])): r.headers["error"].decode() for r in dead
+    } == exp.dead
     # a replayed micro-batch may repeat records, never invent one: every changelog record is a value its
     # window really had (the update-mode replay flushed after every record lists them all)
-    states = {u for seq in exp.sequence.values() for u in
-              [(x[0], x[1], x[2], json.dumps(x[3], sort_keys=True), x[4], x[5]) for x in seq]}
+    states = {
+        u
+        for seq in exp.sequence.values()
+        for u in [(x[0], x[1], x[2], json.dumps(x[3], sort_keys=True), x[4], x[5]) for x in seq]
+    }
     for r in changelog:
         v = json.loads(r.value)
-        assert (v["key"], v["window_start"], v["window_end"], json.dumps(v["aggregates"], sort_keys=True),
-                v["record_count"], v["max_timestamp"]) in states
+        assert (
+            v["key"],
+            v["window_start"],
+            v["window_end"],
+            json.dumps(v["aggregates"], sort_keys=True),
+            v["record_count"],
+            v["max_timestamp"],
+        ) in states

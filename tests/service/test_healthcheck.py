@@ -14,8 +14,10 @@ NOW = 1_800_000_000.0
 
 
 def metrics(value: str) -> str:
-    return (f"# HELP {PROGRESS_METRIC} Wall time of the last query progress\n# TYPE {PROGRESS_METRIC} gauge\n"
-            f"slidingwindow_micro_batches_total 3.0\n{PROGRESS_METRIC} {value}\n")
+    return (
+        f"# HELP {PROGRESS_METRIC} Wall time of the last query progress\n# TYPE {PROGRESS_METRIC} gauge\n"
+        f"slidingwindow_micro_batches_total 3.0\n{PROGRESS_METRIC} {value}\n"
+    )
 
 
 def test_recent_progress_is_healthy():
@@ -23,12 +25,15 @@ def test_recent_progress_is_healthy():
     assert ok and why.startswith("processing")
 
 
-@pytest.mark.parametrize("text, fragment", [
-    (metrics("0.0"), "not completed a micro-batch"),                 # port answers, query not started yet
-    (metrics(str(NOW - 121)), "no query progress for 121s"),         # stuck
-    ("slidingwindow_micro_batches_total 3.0\n", "missing"),          # another process on the port
-    (metrics("nan?"), "unreadable"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        (metrics("0.0"), "not completed a micro-batch"),  # port answers, query not started yet
+        (metrics(str(NOW - 121)), "no query progress for 121s"),  # stuck
+        ("slidingwindow_micro_batches_total 3.0\n", "missing"),  # another process on the port
+        (metrics("nan?"), "unreadable"),
+    ],
+)
 def test_not_processing_is_unhealthy_with_the_reason(text, fragment):
     ok, why = check(text, NOW, 120)
     assert not ok and fragment in why

@@ -20,10 +20,14 @@ def test_task_slot_is_the_first_slot_that_lands_on_the_target(spark):
     for n in (1, 2, 3, 4, 7):
         target = f"pmod(pmod(hash(topic), {n}) + partition, {n})"
         hits = f"transform(sequence(0, {TASK_SLOTS - 1}), s -> pmod(hash(topic, partition, s), {n}) = {target})"
-        got = df.select("topic", "partition", task_slot(n).alias("slot"),
-                        (F.expr(f"array_position({hits}, true)") - 1).cast("int").alias("reference"),
-                        F.pmod(F.hash("topic", "partition", task_slot(n)), F.lit(n)).alias("lands"),
-                        F.expr(target).alias("target")).collect()
+        got = df.select(
+            "topic",
+            "partition",
+            task_slot(n).alias("slot"),
+            (F.expr(f"array_position({hits}, true)") - 1).cast("int").alias("reference"),
+            F.pmod(F.hash("topic", "partition", task_slot(n)), F.lit(n)).alias("lands"),
+            F.expr(target).alias("target"),
+        ).collect()
         assert [r.slot for r in got] == [r.reference for r in got]
         assert all(r.slot >= 0 and r.lands == r.target for r in got)
 

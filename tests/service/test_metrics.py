@@ -30,10 +30,26 @@ def test_names_follow_the_conventions():
         assert not name.endswith(("_ms", "_milliseconds")), name
         if kind == "histogram":
             assert name.endswith("_seconds"), name
-    labels = {lab.split("=")[0] for ln in text.splitlines() if "{" in ln and not ln.startswith("#")
-              for lab in ln[ln.index("{") + 1:ln.index("}")].split(",")}
-    assert labels <= {"reason", "kind", "phase", "topic", "partition", "le", "version", "pyspark", "python", "mode",
-                      "input_format", "changelog_format"}
+    labels = {
+        lab.split("=")[0]
+        for ln in text.splitlines()
+        if "{" in ln and not ln.startswith("#")
+        for lab in ln[ln.index("{") + 1 : ln.index("}")].split(",")
+    }
+    assert labels <= {
+        "reason",
+        "kind",
+        "phase",
+        "topic",
+        "partition",
+        "le",
+        "version",
+        "pyspark",
+        "python",
+        "mode",
+        "input_format",
+        "changelog_format",
+    }
 
 
 def test_bulk_histogram_equals_a_histogram_of_the_same_observations():
@@ -50,8 +66,9 @@ def test_bulk_histogram_equals_a_histogram_of_the_same_observations():
     for part in (values[:half], values[half:]):
         bulk.add(_bucket_counts(part, LATENESS_BUCKETS_MS), float(part.sum()) / 1000)
     text = generate_latest(reg).decode()
-    ref_lines = sorted(ln.replace("ref_", "X_") for ln in text.splitlines() if ln.startswith("ref_seconds_")
-                       and "_created" not in ln)
+    ref_lines = sorted(
+        ln.replace("ref_", "X_") for ln in text.splitlines() if ln.startswith("ref_seconds_") and "_created" not in ln
+    )
     bulk_lines = sorted(ln.replace("bulk_", "X_") for ln in text.splitlines() if ln.startswith("bulk_seconds_"))
     assert [ln for ln in ref_lines if "_sum" not in ln] == [ln for ln in bulk_lines if "_sum" not in ln]
     assert reg.get_sample_value("bulk_seconds_sum") == pytest.approx(reg.get_sample_value("ref_seconds_sum"))
@@ -66,38 +83,68 @@ def test_stats_fields_carry_every_bucket():
 
 
 def test_record_progress_updates_every_metric():
-    before = {n: val(n) for n in ("slidingwindow_records_consumed_total", "slidingwindow_windows_created_total",
-                                  "slidingwindow_record_lateness_seconds_count",
-                                  "slidingwindow_end_to_end_latency_seconds_count")}
+    before = {
+        n: val(n)
+        for n in (
+            "slidingwindow_records_consumed_total",
+            "slidingwindow_windows_created_total",
+            "slidingwindow_record_lateness_seconds_count",
+            "slidingwindow_end_to_end_latency_seconds_count",
+        )
+    }
     drop0 = {r: val("slidingwindow_records_dropped_total", reason=r) for r in metrics.DROP_REASONS}
     lat = [0] * (len(LATENESS_BUCKETS_MS) + 1)
     lat[0], lat[3] = 80, 12
     e2e = [0] * (len(LATENCY_BUCKETS_MS) + 1)
     e2e[2] = 85
-    observed = {"records": 100, "aggregated": 85, "late": 7, "dead_lettered": 8, "dead_deserialization": 3,
-                "dead_undecodable_value": 3, "dead_schema_mismatch": 4, "dead_number_out_of_range": 1,
-                "changelog": 60, "windows_created": 20, "windows_updated": 40, "stream_time": 1_700_000_000_500,
-                "lateness_ms_sum": 3000, "latency_ms_sum": 17000,
-                **{f"lateness_b{i}": c for i, c in enumerate(lat)}, **{f"latency_b{i}": c for i, c in enumerate(e2e)},
-                "tasks": [{"topic": "in", "partition": 0, "windows": 30, "stream_time": 1_700_000_000_500},
-                          {"topic": "in", "partition": 1, "windows": 12, "stream_time": 1_699_999_999_000}]}
-    progress = {"durationMs": {"triggerExecution": 1500}, "inputRowsPerSecond": 55.5,
-                "processedRowsPerSecond": 66.6,
-                "sources": [{"endOffset": '{"in":{"0":60,"1":40}}', "metrics": {"maxOffsetsBehindLatest": "5"}}],
-                "stateOperators": [{"numRowsTotal": 9, "memoryUsedBytes": 1234,
-                                    "customMetrics": {"rocksdbSstFileSize": 4321}}]}
+    observed = {
+        "records": 100,
+        "aggregated": 85,
+        "late": 7,
+        "dead_lettered": 8,
+        "dead_deserialization": 3,
+        "dead_undecodable_value": 3,
+        "dead_schema_mismatch": 4,
+        "dead_number_out_of_range": 1,
+        "changelog": 60,
+        "windows_created": 20,
+        "windows_updated": 40,
+        "stream_time": 1_700_000_000_500,
+        "lateness_ms_sum": 3000,
+        "latency_ms_sum": 17000,
+        **{f"lateness_b{i}": c for i, c in enumerate(lat)},
+        **{f"latency_b{i}": c for i, c in enumerate(e2e)},
+        "tasks": [
+            {"topic": "in", "partition": 0, "windows": 30, "stream_time": 1_700_000_000_500},
+            {"topic": "in", "partition": 1, "windows": 12, "stream_time": 1_699_999_999_000},
+        ],
+    }
+    progress = {
+        "durationMs": {"triggerExecution": 1500},
+        "inputRowsPerSecond": 55.5,
+        "processedRowsPerSecond": 66.6,
+        "sources": [{"endOffset": '{"in":{"0":60,"1":40}}', "metrics": {"maxOffsetsBehindLatest": "5"}}],
+        "stateOperators": [{"numRowsTotal": 9, "memoryUsedBytes": 1234, "customMetrics": {"rocksdbSstFileSize": 4321}}],
+    }
     lag = LagPoller({}, end_offsets=lambda parts: {p: {("in", 0): 70, ("in", 1): 40}[p] for p in parts})
     metrics.record_progress(observed, progress, lag)
     lag.poll_once()
     assert val("slidingwindow_records_consumed_total") - before["slidingwindow_records_consumed_total"] == 100
     assert val("slidingwindow_windows_created_total") - before["slidingwindow_windows_created_total"] == 20
     got = {r: val("slidingwindow_records_dropped_total", reason=r) - drop0[r] for r in metrics.DROP_REASONS}
-    assert {r: v for r, v in got.items() if v} == {"late": 7, "undecodable-value": 3, "schema-mismatch": 4,
-                                                   "number-out-of-range": 1}
-    assert val("slidingwindow_record_lateness_seconds_count") - \
-        before["slidingwindow_record_lateness_seconds_count"] == 92
-    assert val("slidingwindow_end_to_end_latency_seconds_count") - \
-        before["slidingwindow_end_to_end_latency_seconds_count"] == 85
+    assert {r: v for r, v in got.items() if v} == {
+        "late": 7,
+        "undecodable-value": 3,
+        "schema-mismatch": 4,
+        "number-out-of-range": 1,
+    }
+    assert (
+        val("slidingwindow_record_lateness_seconds_count") - before["slidingwindow_record_lateness_seconds_count"] == 92
+    )
+    assert (
+        val("slidingwindow_end_to_end_latency_seconds_count") - before["slidingwindow_end_to_end_latency_seconds_count"]
+        == 85
+    )
     assert val("slidingwindow_stream_time_seconds") == pytest.approx(1_700_000_000.5)
     assert val("slidingwindow_state_windows") == 42
     assert val("slidingwindow_partition_stream_time_seconds", topic="in", partition="1") == pytest.approx(1_699_999_999)
@@ -141,7 +188,7 @@ def test_lag_poller_keeps_the_last_value_when_the_broker_is_unreachable():
         calls.append(parts)
         if len(calls) > 1:
             raise RuntimeError("broker down")
-        return {p: 100 for p in parts}
+        return dict.fromkeys(parts, 100)
 
     lag = LagPoller({}, end_offsets=ends)
     lag.poll_once()  # nothing processed yet: no query

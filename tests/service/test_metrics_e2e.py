@@ -71,15 +71,20 @@ def run(kafka_bootstrap, tmp_path_factory):
     suffix = f"{time.monotonic_ns()}"
     topics = {k: f"obs-{k}-{suffix}" for k in ("in", "out", "late", "dlq")}
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    fs = admin.create_topics([NewTopic(t, num_partitions=PARTITIONS, replication_factor=1,
-                                       config={"retention.ms": "-1"}) for t in topics.values()])
+    fs = admin.create_topics(
+        [
+            NewTopic(t, num_partitions=PARTITIONS, replication_factor=1, config={"retention.ms": "-1"})
+            for t in topics.values()
+        ]
+    )
     for f in fs.values():
         f.result(timeout=60)
 
     # event time ends a few seconds before now: realistic end-to-end latencies
-    events = payment_events(N, keys=8, partitions=PARTITIONS, td=TD, grace=GRACE, seed=404,
-                            base_ts=int(time.time() * 1000) - 130_000)
-    first, rest = events[: N // 2], events[N // 2:]
+    events = payment_events(
+        N, keys=8, partitions=PARTITIONS, td=TD, grace=GRACE, seed=404, base_ts=int(time.time() * 1000) - 130_000
+    )
+    first, rest = events[: N // 2], events[N // 2 :]
     produce(kafka_bootstrap, topics["in"], first)
 
     port = free_port()
@@ -96,7 +101,7 @@ def run(kafka_bootstrap, tmp_path_factory):
 
     def trickle():  # the second half arrives while the service runs (in-order per partition)
         for i in range(0, len(rest), 120):
-            produce(kafka_bootstrap, topics["in"], rest[i:i + 120])
+            produce(kafka_bootstrap, topics["in"], rest[i : i + 120])
             time.sleep(0.7)
 
     started = time.time()
@@ -117,7 +122,7 @@ def run(kafka_bootstrap, tmp_path_factory):
         ends = {p: sum(1 for e in events if e.partition == p) for p in range(PARTITIONS)}
         wait_until_committed(ck, topics["in"], ends, svc, timeout=300)
         deadline = time.monotonic() + 60
-        while value(text := scrape(port), "slidingwindow_records_consumed_total") < N:
+        while value(scrape(port), "slidingwindow_records_consumed_total") < N:
             assert time.monotonic() < deadline, "consumed never reached the records sent"
             time.sleep(0.5)
         # panel queries are evaluated at this moment: the last micro-batches are inside their [1m] rate windows
@@ -128,13 +133,28 @@ def run(kafka_bootstrap, tmp_path_factory):
         while True:
             r = prom.query("slidingwindow_records_consumed_total")["data"]["result"]
             lag = prom.query("sum(slidingwindow_consumer_lag_records)")["data"]["result"]
-            if r and float(r[0]["value"][1]) >= N and lag and float(lag[0]["value"][1]) == 0 \
-                    and time.time() > done_at + 1:
+            if (
+                r
+                and float(r[0]["value"][1]) >= N
+                and lag
+                and float(lag[0]["value"][1]) == 0
+                and time.time() > done_at + 1
+            ):
                 break
             assert time.monotonic() < deadline, (r, lag, prom.log())
             time.sleep(1)
-        yield {"svc": svc, "prom": prom, "port": port, "events": events, "topics": topics, "text": scrape(port),
-               "bootstrap": kafka_bootstrap, "started": started, "tmp": tmp, "done_at": done_at}
+        yield {
+            "svc": svc,
+            "prom": prom,
+            "port": port,
+            "events": events,
+            "topics": topics,
+            "text": scrape(port),
+            "bootstrap": kafka_bootstrap,
+            "started": started,
+            "tmp": tmp,
+            "done_at": done_at,
+        }
     finally:
         svc.stop()
         prom.stop()
@@ -173,10 +193,12 @@ def test_metrics_equal_the_records_sent_through(run):
     assert abs(m("slidingwindow_stream_time_seconds") - max_ts / 1000) < 0.001
     for p in range(PARTITIONS):
         assert m("slidingwindow_consumer_lag_records", topic=t["in"], partition=str(p)) == 0
-        part_max = max(e.timestamp for e in events if e.partition == p and e.note != "late"
-                       and not e.note.startswith("bad"))
-        assert m("slidingwindow_partition_stream_time_seconds", topic=t["in"], partition=str(p)) == \
-            pytest.approx(part_max / 1000, abs=0.001)
+        part_max = max(
+            e.timestamp for e in events if e.partition == p and e.note != "late" and not e.note.startswith("bad")
+        )
+        assert m("slidingwindow_partition_stream_time_seconds", topic=t["in"], partition=str(p)) == pytest.approx(
+            part_max / 1000, abs=0.001
+        )
     assert m("slidingwindow_micro_batch_duration_seconds_count") >= 3
     log = (run["tmp"] / "service.log").read_text(errors="replace")
     assert "Traceback" not in log and "cannot read query progress" not in log and "end offsets" not in log

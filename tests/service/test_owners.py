@@ -25,15 +25,27 @@ TOPIC = "in"
 
 
 def config(key: str = "k" * 32, sink: str = "spark") -> TaskConfig:
-    return TaskConfig(1000, 300, AGGS, "update", InputSpec(fields=aggregation_fields(AGGS)),
-                      ChangelogSpec("json", "json", AGGS), "out", "late", "dlq", owners=key, sink=sink,
-                      state_snapshot_every=3)
+    return TaskConfig(
+        1000,
+        300,
+        AGGS,
+        "update",
+        InputSpec(fields=aggregation_fields(AGGS)),
+        ChangelogSpec("json", "json", AGGS),
+        "out",
+        "late",
+        "dlq",
+        owners=key,
+        sink=sink,
+        state_snapshot_every=3,
+    )
 
 
 def run_local(cfg, state, topic, partition, offsets, keys, values, timestamps):
     """What job.run_batch does, minus the producer (sink=spark: the rows travel back), emit time fixed."""
-    return process_task_batch(TaskRunner(cfg), state, topic, partition, offsets, keys, values, timestamps,
-                              emit_time_ms=5)
+    return process_task_batch(
+        TaskRunner(cfg), state, topic, partition, offsets, keys, values, timestamps, emit_time_ms=5
+    )
 
 
 def failing(cfg, state, topic, partition, *batch):
@@ -42,12 +54,18 @@ def failing(cfg, state, topic, partition, *batch):
 
 
 def slices(n_batches: int = 6, per: int = 150):
-    events = payment_events(n_batches * per * 2, partitions=1, bad_fraction=0.02)[:n_batches * per]
+    events = payment_events(n_batches * per * 2, partitions=1, bad_fraction=0.02)[: n_batches * per]
     out = []
     for b in range(n_batches):
-        chunk = events[b * per:(b + 1) * per]
-        out.append((list(range(b * per, b * per + len(chunk))), [e.key for e in chunk], [e.value for e in chunk],
-                    [e.timestamp for e in chunk]))
+        chunk = events[b * per : (b + 1) * per]
+        out.append(
+            (
+                list(range(b * per, b * per + len(chunk))),
+                [e.key for e in chunk],
+                [e.value for e in chunk],
+                [e.timestamp for e in chunk],
+            )
+        )
     return out
 
 
@@ -70,7 +88,7 @@ def _child(conn, cfg, jobs):
         try:
             out, forwarded = owners.run(run_local, cfg, state, TOPIC, partition, *b)
             results.append(("ok", rows(out), forwarded, out.stats["state_cache_hit"], pickle.dumps(state)))
-        except Exception as e:  # noqa: BLE001 - reported to the test
+        except Exception as e:  # reported to the test
             results.append(("error", str(e)))
     conn.send(results)
     conn.close()

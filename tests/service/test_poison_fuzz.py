@@ -23,7 +23,7 @@ from service.metrics import DEAD_LETTER_REASONS
 from service.processing import DictTaskState, TaskConfig, TaskRunner, process_task_batch
 from tests.service.schema_registry_double import SchemaRegistryDouble
 
-AGGS = "count,sum:amount,max:amount,mean:amount,first:note"
+AGGS = "count,sum:amount,max:amount,mean:amount,first:note,collect:note"
 
 _BIG = st.one_of(
     st.integers(),

@@ -5,31 +5,61 @@ from __future__ import annotations
 import copy
 import gc
 import json
+import pickle
 import random
 import tempfile
 import time
 from collections import Counter, defaultdict
-
-import pickle
+from itertools import pairwise
 
 import pytest
 
+import service.processing as processing
 from connectors.output import ChangelogSpec
 from connectors.serde import InputSpec, aggregation_fields
-import service.processing as processing
 from service import spool
-from service.processing import (Decoded, DictTaskState, TaskConfig, TaskRunner, TaskState, decode_bucket,
-                                encode_bucket, process_task_batch)
+from service.processing import (
+    Decoded,
+    DictTaskState,
+    TaskConfig,
+    TaskRunner,
+    TaskState,
+    decode_bucket,
+    encode_bucket,
+    process_task_batch,
+)
 from tests.service.events import changelog_final, payment_events, replay
 
 AGGS = "count,sum:amount,max:amount"
 
 
-def config(emit: str, td: int = 1000, grace: int = 300, batch: bool = True, buckets: int = 256, cache: bool = True,
-           snapshot_every: int = TaskConfig.state_snapshot_every, spool: str = "", **spec_kw) -> TaskConfig:
-    return TaskConfig(td, grace, AGGS, emit, InputSpec(fields=aggregation_fields(AGGS), **spec_kw),
-                      ChangelogSpec("json", "json", AGGS), "out", "late", "dlq", batch=batch, state_buckets=buckets,
-                      state_cache=cache, state_snapshot_every=snapshot_every, log_spool=spool)
+def config(
+    emit: str,
+    td: int = 1000,
+    grace: int = 300,
+    batch: bool = True,
+    buckets: int = 256,
+    cache: bool = True,
+    snapshot_every: int = TaskConfig.state_snapshot_every,
+    spool: str = "",
+    **spec_kw,
+) -> TaskConfig:
+    return TaskConfig(
+        td,
+        grace,
+        AGGS,
+        emit,
+        InputSpec(fields=aggregation_fields(AGGS), **spec_kw),
+        ChangelogSpec("json", "json", AGGS),
+        "out",
+        "late",
+        "dlq",
+        batch=batch,
+        state_buckets=buckets,
+        state_cache=cache,
+        state_snapshot_every=snapshot_every,
+        log_spool=spool,
+    )
 
 
 class BatchView(TaskState):
@@ -73,8 +103,14 @@ def run_slice(runner, state, partition, events, lo, hi, cache=None, process=None
     if cache is not None:
         processing._CACHE = cache
     chunk = events[lo:hi]
-    args = ("in", partition, list(range(lo, lo + len(chunk))), [e.key for e in chunk], [e.value for e in chunk],
-            [e.timestamp for e in chunk])
+    args = (
+        "in",
+        partition,
+        list(range(lo, lo + len(chunk))),
+        [e.key for e in chunk],
+        [e.value for e in chunk],
+        [e.timestamp for e in chunk],
+    )
     if process is not None:
         return process(runner, state, *args, emit_time_ms=5)
     return batch(runner, state, *args, emit_time_ms=5)
@@ -97,6 +133,7 @@ def run_in_batches(cfg: TaskConfig, events, seed: int = 1, fail_every: int = 0, 
         pick = random.Random(seed + 1000)
         saved_cache = processing._CACHE
         try:
+
             def take_turns(*args, **kw):
                 if cfg.log_spool:
                     for c in caches:
@@ -128,8 +165,14 @@ def _run_in_batches(cfg: TaskConfig, events, seed, fail_every, states, process):
         while i < len(evs):
             j = min(len(evs), i + rnd.randint(1, 300))
             chunk = evs[i:j]
-            args = ("in", p, list(range(i, j)), [e.key for e in chunk], [e.value for e in chunk],
-                    [e.timestamp for e in chunk])
+            args = (
+                "in",
+                p,
+                list(range(i, j)),
+                [e.key for e in chunk],
+                [e.value for e in chunk],
+                [e.timestamp for e in chunk],
+            )
             n += 1
             if fail_every and n % fail_every == 0:
                 saved = copy.deepcopy((state.task, state.buckets))
@@ -156,15 +199,24 @@ def every_sequence(rows) -> dict:
     seq = defaultdict(list)
     for p, _key, value, _h in rows["changelog"]:
         v = json.loads(value)
-        seq[p].append((v["key"], v["window_start"], v["window_end"], v["aggregates"], v["record_count"],
-                       v["max_timestamp"]))
+        seq[p].append(
+            (v["key"], v["window_start"], v["window_end"], v["aggregates"], v["record_count"], v["max_timestamp"])
+        )
     return dict(seq)
 
 
 @pytest.mark.parametrize(
     ("emit", "buckets", "cache", "fail_every", "snapshot_every"),
-    [("update", 256, True, 0, 8), ("every", 256, True, 0, 8), ("close", 256, True, 0, 8), ("update", 3, False, 0, 3),
-     ("update", 1, True, 3, 8), ("every", 7, True, 2, 1), ("close", 2, False, 4, 5), ("update", 16, True, 2, 3)],
+    [
+        ("update", 256, True, 0, 8),
+        ("every", 256, True, 0, 8),
+        ("close", 256, True, 0, 8),
+        ("update", 3, False, 0, 3),
+        ("update", 1, True, 3, 8),
+        ("every", 7, True, 2, 1),
+        ("close", 2, False, 4, 5),
+        ("update", 16, True, 2, 3),
+    ],
 )
 def test_task_batches_equal_windowstore_replay(emit, buckets, cache, fail_every, snapshot_every):
     events = payment_events(3000, seed=11)
@@ -193,9 +245,15 @@ def test_task_batches_equal_windowstore_replay(emit, buckets, cache, fail_every,
     assert dead == exp.dead
 
 
-@pytest.mark.parametrize(("emit", "batch_path", "cache", "fail_every", "snapshot_every"),
-                         [("update", True, True, 0, 16), ("close", True, False, 3, 4), ("every", True, True, 2, 1),
-                          ("update", False, True, 0, 3)])
+@pytest.mark.parametrize(
+    ("emit", "batch_path", "cache", "fail_every", "snapshot_every"),
+    [
+        ("update", True, True, 0, 16),
+        ("close", True, False, 3, 4),
+        ("every", True, True, 2, 1),
+        ("update", False, True, 0, 3),
+    ],
+)
 def test_task_batches_make_no_reference_cycles(emit, batch_path, cache, fail_every, snapshot_every):
     """service.python_daemon freezes what a worker holds after each task and collects it fully only every 100th
     task: objects the tasks leave in reference cycles would wait that long. There are none."""
@@ -241,8 +299,7 @@ def test_record_path_and_batch_path_agree():
 
 def test_idle_keys_leave_the_state_store():
     early = payment_events(300, keys=12, seed=21, bad_fraction=0, late_fraction=0)
-    late = payment_events(3000, keys=6, seed=22, bad_fraction=0, late_fraction=0,
-                          base_ts=early[-1].timestamp + 10_000)
+    late = payment_events(3000, keys=6, seed=22, bad_fraction=0, late_fraction=0, base_ts=early[-1].timestamp + 10_000)
     events = early + [e for e in late if e.partition < 3]
     states = {}
     rows, _ = run_in_batches(config("update", buckets=4, snapshot_every=1), events, states=states)
@@ -260,8 +317,9 @@ def test_cached_processor_loads_new_keys_through_the_current_batch():
     """A key the cached processor has not loaded yet (its last miss loaded only the keys it touched) is loaded
     with the CURRENT batch's state handle."""
     early = payment_events(400, keys=30, seed=31, bad_fraction=0, late_fraction=0)
-    events = early + payment_events(400, keys=30, seed=32, bad_fraction=0, late_fraction=0,
-                                    base_ts=early[-1].timestamp + 1)
+    events = early + payment_events(
+        400, keys=30, seed=32, bad_fraction=0, late_fraction=0, base_ts=early[-1].timestamp + 1
+    )
     cfg = config("update", buckets=16)
     rows, totals = run_in_batches(cfg, events, seed=4, fail_every=3)
     assert totals["state_cache_hit"] > 0
@@ -288,17 +346,25 @@ def test_checkpoint_balance_tasks_is_fixed_at_creation(tmp_path):
     assert checkpoint_balance_tasks(str(new), False) is True  # recorded: the state key must not change
     old = tmp_path / "old"  # a checkpoint with batches from before the layout file: no slot
     (old / "offsets").mkdir(parents=True)
-    (old / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0,"conf":{"spark.sql.shuffle.partitions":"3"}}\n'
-                                       '{"t":{"0":5}}\n')
+    (old / "offsets" / "0").write_text(
+        'v1\n{"batchWatermarkMs":0,"conf":{"spark.sql.shuffle.partitions":"3"}}\n{"t":{"0":5}}\n'
+    )
     assert checkpoint_balance_tasks(str(old), True) is False
     assert checkpoint_state_partitions(str(old)) == 3
     assert checkpoint_state_partitions(str(new)) is None
     assert checkpoint_balance_tasks("s3a://bucket/ck", False) is False
 
 
-@pytest.mark.parametrize(("emit", "buckets", "fail_every", "batch_path"),
-                         [("update", 8, 0, True), ("every", 256, 0, False), ("close", 3, 0, False),
-                          ("update", 256, 4, True), ("update", 16, 0, False)])
+@pytest.mark.parametrize(
+    ("emit", "buckets", "fail_every", "batch_path"),
+    [
+        ("update", 8, 0, True),
+        ("every", 256, 0, False),
+        ("close", 3, 0, False),
+        ("update", 256, 4, True),
+        ("update", 16, 0, False),
+    ],
+)
 def test_workers_taking_turns_give_the_same_results(emit, buckets, fail_every, batch_path):
     """Two Python workers take a task's batches in random turns (as Spark hands a task to whichever worker is
     idle): a worker whose cached processor is behind reads the state back, with identical results."""
@@ -355,8 +421,9 @@ def test_a_task_written_uncompressed_goes_on_with_compressed_buckets():
 
 
 def test_a_log_entry_keeps_keys_times_and_the_aggregated_fields_only():
-    records = [(i, f"acct-{i % 7}", {"amount": i * 3, "note": "x" * 40, "currency": "EUR"}, 1000 + i)
-               for i in range(500)]
+    records = [
+        (i, f"acct-{i % 7}", {"amount": i * 3, "note": "x" * 40, "currency": "EUR"}, 1000 + i) for i in range(500)
+    ]
     decoded = Decoded.of(records, ("amount", "note"))
     entry = processing.encode_log("tok", decoded, ("amount",))
     assert b"xxxx" not in processing._decompress(entry) and b"EUR" not in processing._decompress(entry)
@@ -382,7 +449,8 @@ def test_log_entries_written_whole_by_an_older_version_still_replay(monkeypatch)
     state = DictTaskState()
     new_encode = processing.encode_log
     old_encode = lambda token, records, fields=(): processing._compress(  # noqa: E731
-        pickle.dumps((token, records.records()), protocol=5))
+        pickle.dumps((token, records.records()), protocol=5)
+    )
     rows = []
     for n, lo in enumerate(range(0, len(events), 100)):
         monkeypatch.setattr(processing, "encode_log", old_encode if n < 4 else new_encode)
@@ -436,8 +504,9 @@ def spool_here(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize(("emit", "fail_every", "snapshot_every"),
-                         [("update", 0, 8), ("update", 3, 3), ("every", 2, 5), ("close", 0, 1)])
+@pytest.mark.parametrize(
+    ("emit", "fail_every", "snapshot_every"), [("update", 0, 8), ("update", 3, 3), ("every", 2, 5), ("close", 0, 1)]
+)
 def test_idle_workers_replay_shared_log_entries(spool_here, emit, fail_every, snapshot_every):
     """With shared log entries, a worker replays the other worker's batches while idle: it finds its processor
     up to date when the task comes back (a hit, nothing replayed in the batch), with identical results - also
@@ -474,8 +543,9 @@ def test_a_shared_entry_that_needs_an_unread_bucket_waits_for_the_task(spool_her
     # worker 1 is a batch behind; the entry's keys are spread over buckets it never read
     assert processing.spool_catch_up(caches[1]) == 0
     processing._CACHE = caches[1]
-    out = batch(runner, state, "in", 0, [600], [events[0].key], [events[0].value], [events[-1].timestamp],
-                emit_time_ms=5)
+    out = batch(
+        runner, state, "in", 0, [600], [events[0].key], [events[0].value], [events[-1].timestamp], emit_time_ms=5
+    )
     assert out.stats["state_cache_hit"] == 0 and out.stats["state_log_replayed"] == 1
 
 
@@ -484,7 +554,7 @@ def test_an_idle_worker_builds_a_task_it_never_ran_from_its_first_entry(spool_he
     """Worker 1 runs partition 0 only; worker 0 creates partition 1. Worker 1 builds partition 1's processor
     from the first entry and follows its log while idle, so the first time it gets partition 1 it is a hit,
     with the same output as one worker running everything."""
-    events = [e for e in payment_events(1500, keys=30, partitions=2, seed=5, bad_fraction=0)]
+    events = list(payment_events(1500, keys=30, partitions=2, seed=5, bad_fraction=0))
     cfg = config(emit, buckets=8, snapshot_every=3, spool="t4")
     runner = TaskRunner(cfg)
     states = {0: DictTaskState(), 1: DictTaskState()}
@@ -508,8 +578,10 @@ def test_an_idle_worker_builds_a_task_it_never_ran_from_its_first_entry(spool_he
         pass
     assert {p: c.token for (_cfg, _t, p), c in caches[0].items()} == {p: states[p].task[1] for p in (0, 1)}
     one, worker = DictTaskState(), {}  # partition 1 on one worker from the start
-    alone = [run_slice(runner, one, 1, parts[1], lo, hi, cache=worker)
-             for lo, hi in [(0, 100), (100, 200), (200, 300), (300, 400), (400, len(parts[1]))]]
+    alone = [
+        run_slice(runner, one, 1, parts[1], lo, hi, cache=worker)
+        for lo, hi in [(0, 100), (100, 200), (200, 300), (300, 400), (400, len(parts[1]))]
+    ]
     assert [o.rows() for o in outs] == [o.rows() for o in alone]
 
 
@@ -537,6 +609,7 @@ def test_the_catch_up_thread_replays_while_the_worker_is_idle(tmp_path, monkeypa
     state = DictTaskState()
     caches = [{}, {}]
     try:
+
         def run(lo, hi, worker):
             return run_slice(runner, state, 0, events, lo, hi, cache=caches[worker])
 
@@ -575,4 +648,4 @@ def test_the_tasks_of_a_topic_write_their_snapshots_in_different_batches():
     assert all(len(ps) == 1 for n, ps in snapshots.items() if n)
     for p in range(4):
         at = [n for n, ps in snapshots.items() if p in ps and n]
-        assert at and all(b - a == 8 for a, b in zip(at, at[1:]))
+        assert at and all(b - a == 8 for a, b in pairwise(at))

@@ -9,10 +9,10 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-import pyspark.daemon  # noqa: E402
+import pyspark.daemon
 
-from service import python_daemon  # noqa: E402
-from service.python_daemon import BetweenTasks  # noqa: E402
+from service import python_daemon
+from service.python_daemon import BetweenTasks
 
 
 class Node:
@@ -73,15 +73,19 @@ def test_keep_memory_sets_the_allocators_before_the_workers_import_numpy():
     import subprocess
     import sys
 
-    code = ("import os, sys; os.environ.pop('NUMPY_MADVISE_HUGEPAGE', None); "
-            "from service.python_daemon import keep_memory; print(','.join(keep_memory())); "
-            "import numpy; from numpy._core.multiarray import _get_madvise_hugepage; print(_get_madvise_hugepage())")
+    code = (
+        "import os, sys; os.environ.pop('NUMPY_MADVISE_HUGEPAGE', None); "
+        "from service.python_daemon import keep_memory; print(','.join(keep_memory())); "
+        "import numpy; from numpy._core.multiarray import _get_madvise_hugepage; print(_get_madvise_hugepage())"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[0].split(",")[0] == "numpy" and out[1] == "False"
     if sys.platform.startswith("linux") and "glibc" in " ".join(__import__("platform").libc_ver()):
         assert "malloc" in out[0].split(",")
     # a value the user set is kept
-    code2 = ("import os; os.environ['NUMPY_MADVISE_HUGEPAGE'] = '1'; from service.python_daemon import keep_memory; "
-             "print(keep_memory(), os.environ['NUMPY_MADVISE_HUGEPAGE'])")
+    code2 = (
+        "import os; os.environ['NUMPY_MADVISE_HUGEPAGE'] = '1'; from service.python_daemon import keep_memory; "
+        "print(keep_memory(), os.environ['NUMPY_MADVISE_HUGEPAGE'])"
+    )
     out2 = subprocess.run([sys.executable, "-c", code2], capture_output=True, text=True, check=True).stdout
     assert "'numpy'" not in out2 and out2.strip().endswith("1")

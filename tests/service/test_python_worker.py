@@ -21,8 +21,9 @@ from service.settings import Settings  # noqa: E402
 
 
 def test_key_runs_split_where_any_key_column_changes():
-    batch = pa.record_batch([pa.array(["a", "a", "b", "b", "b", "a", "a"]), pa.array([1, 1, 1, 2, 2, 2, 2])],
-                            names=["topic", "partition"])
+    batch = pa.record_batch(
+        [pa.array(["a", "a", "b", "b", "b", "a", "a"]), pa.array([1, 1, 1, 2, 2, 2, 2])], names=["topic", "partition"]
+    )
     assert python_worker.key_runs(batch, [0]) == [(0, 2), (2, 5), (5, 7)]
     assert python_worker.key_runs(batch, [0, 1]) == [(0, 2), (2, 3), (3, 5), (5, 7)]
     assert python_worker.key_runs(batch, [1]) == [(0, 3), (3, 7)]
@@ -36,8 +37,10 @@ def test_key_runs_nulls_equal_nulls():
 
 
 def test_the_setting_selects_the_module():
-    assert python_worker_conf(True) == {"spark.python.daemon.module": python_daemon.MODULE,
-                                        "spark.python.worker.module": python_worker.MODULE}
+    assert python_worker_conf(True) == {
+        "spark.python.daemon.module": python_daemon.MODULE,
+        "spark.python.worker.module": python_worker.MODULE,
+    }
     assert python_worker_conf(False) == {}
     assert Settings().fast_input is True
     assert Settings(fast_input="false").fast_input is False
@@ -68,10 +71,18 @@ class EchoProcessor(StatefulProcessor):  # type: ignore[misc,valid-type]
         import pandas as pd
         import pyspark.worker
 
-        seen = {"key": [type(k).__name__ + ":" + repr(k) for k in key],
-                "frames": [{"columns": list(f.columns), "dtypes": [str(d) for d in f.dtypes],
-                            "index": [int(i) for i in f.index],
-                            "rows": [[repr(v) for v in r] for r in f.itertuples(index=False)]} for f in rows]}
+        seen = {
+            "key": [type(k).__name__ + ":" + repr(k) for k in key],
+            "frames": [
+                {
+                    "columns": list(f.columns),
+                    "dtypes": [str(d) for d in f.dtypes],
+                    "index": [int(i) for i in f.index],
+                    "rows": [[repr(v) for v in r] for r in f.itertuples(index=False)],
+                }
+                for f in rows
+            ],
+        }
         fast = bool(getattr(pyspark.worker.read_udfs, "_slidingwindow", False))
         yield pd.DataFrame({"seen": [json.dumps(seen)], "fast": [fast]})
 
@@ -87,29 +98,59 @@ def _echo(fast: bool) -> tuple[list[dict], set[bool]]:
         SparkSession.getActiveSession().stop()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = (SparkSession.builder.master("local[2]").appName("python-worker-test")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "3")
-               .config("spark.sql.session.timeZone", "UTC")
-               # small Arrow batches: keys span batch boundaries and frames are chunked
-               .config("spark.sql.execution.arrow.maxRecordsPerBatch", "7"))
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("python-worker-test")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "3")
+        .config("spark.sql.session.timeZone", "UTC")
+        # small Arrow batches: keys span batch boundaries and frames are chunked
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "7")
+    )
     for k, v in python_worker_conf(fast).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     try:
-        rows = [(f"t{i % 3}", i % 4, i, f"k{i % 5}".encode(), (b"v" * (i % 3)) or None, 1_000 * i,
-                 float(i) / 2, i % 2 == 0, None if i % 6 == 0 else f"s{i}", None if i % 7 == 0 else i % 3,
-                 None if i % 5 == 0 else float(i), i % 100, float(i) / 4,
-                 datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(seconds=i),
-                 datetime.date(2026, 1, 1 + i % 28), decimal.Decimal(i) / 8, [i, i + 1], {"a": i})
-                for i in range(240)]
-        df = spark.createDataFrame(rows, "topic string, partition int, offset long, key binary, value binary, "
-                                         "ts long, x double, b boolean, s string, ni int, nf double, "
-                                         "small tinyint, f float, tstamp timestamp, d date, dec decimal(10,3), "
-                                         "arr array<int>, st struct<a:int>")
-        out = df.groupBy("topic", "partition").transformWithStateInPandas(
-            statefulProcessor=EchoProcessor(), outputStructType="seen string, fast boolean",
-            outputMode="Append", timeMode="None").collect()
+        rows = [
+            (
+                f"t{i % 3}",
+                i % 4,
+                i,
+                f"k{i % 5}".encode(),
+                (b"v" * (i % 3)) or None,
+                1_000 * i,
+                float(i) / 2,
+                i % 2 == 0,
+                None if i % 6 == 0 else f"s{i}",
+                None if i % 7 == 0 else i % 3,
+                None if i % 5 == 0 else float(i),
+                i % 100,
+                float(i) / 4,
+                datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(seconds=i),
+                datetime.date(2026, 1, 1 + i % 28),
+                decimal.Decimal(i) / 8,
+                [i, i + 1],
+                {"a": i},
+            )
+            for i in range(240)
+        ]
+        df = spark.createDataFrame(
+            rows,
+            "topic string, partition int, offset long, key binary, value binary, "
+            "ts long, x double, b boolean, s string, ni int, nf double, "
+            "small tinyint, f float, tstamp timestamp, d date, dec decimal(10,3), "
+            "arr array<int>, st struct<a:int>",
+        )
+        out = (
+            df.groupBy("topic", "partition")
+            .transformWithStateInPandas(
+                statefulProcessor=EchoProcessor(),
+                outputStructType="seen string, fast boolean",
+                outputMode="Append",
+                timeMode="None",
+            )
+            .collect()
+        )
     finally:
         spark.stop()
     return sorted((json.loads(r["seen"]) for r in out), key=lambda s: s["key"]), {bool(r["fast"]) for r in out}
@@ -124,10 +165,10 @@ def test_the_processor_gets_what_pyspark_gives_it():
     assert fast_flags == {True}, "spark.python.worker.module did not run service.python_worker"
     assert len(stock) == 12  # 3 topics x 4 partitions
     assert any(len(s["frames"]) > 1 for s in stock)  # keys span Arrow batches and are cut into several frames
-    for s, f in zip(stock, fast):
+    for s, f in zip(stock, fast, strict=True):
         assert f["key"] == s["key"]
         assert len(f["frames"]) == len(s["frames"]), s["key"]
-        for sf, ff in zip(s["frames"], f["frames"]):
+        for sf, ff in zip(s["frames"], f["frames"], strict=True):
             assert ff["columns"] == sf["columns"]
             assert ff["dtypes"] == sf["dtypes"]
             assert ff["rows"] == sf["rows"]

@@ -92,10 +92,14 @@ def _topics(k: SecureKafka, tag: str) -> dict[str, str]:
     return topics
 
 
-@pytest.mark.parametrize("sink", ["direct", "spark"])
+@pytest.mark.parametrize("sink", ["direct", "spark", "exactly_once"])
 def test_service_runs_over_sasl_ssl_with_only_its_acls(secure_kafka: SecureKafka, tmp_path: Path, sink: str) -> None:
+    """Both sinks, and the direct sink with processing_guarantee=exactly_once (transactions and the group's
+    offsets under the same ACLs)."""
     k = secure_kafka
-    topics = _topics(k, sink)
+    topics = _topics(k, sink.replace("_", "-"))
+    guarantee = ["--processing-guarantee", "exactly_once"] if sink == "exactly_once" else []
+    sink = "direct" if sink == "exactly_once" else sink
     events = payment_events(800, keys=8, partitions=PARTITIONS, td=TD, grace=GRACE, seed=33)
     ends = produce(k.bootstrap, topics["in"], events, config=k.admin)
     pw = tmp_path / "kafka-password"
@@ -103,7 +107,9 @@ def test_service_runs_over_sasl_ssl_with_only_its_acls(secure_kafka: SecureKafka
     port = find_free_port()
     ck = tmp_path / "checkpoint"
     svc = ServiceProcess(
-        service_args(k, topics, ck, "--sink", sink, "--metrics-port", str(port), "--max-offsets-per-trigger", "400"),
+        service_args(
+            k, topics, ck, "--sink", sink, "--metrics-port", str(port), "--max-offsets-per-trigger", "400", *guarantee
+        ),
         tmp_path / "service.log",
         env=service_env(k, pw),
     ).start()

@@ -33,8 +33,16 @@ def test_flag_beats_env_beats_default():
 
 
 @pytest.mark.parametrize(
-    ("text", "ms"), [("1500", 1500), ("1500ms", 1500), ("10s", 10_000), ("5m", 300_000), ("1h", 3_600_000),
-                     ("2d", 172_800_000), (" 7 S ", 7000)],
+    ("text", "ms"),
+    [
+        ("1500", 1500),
+        ("1500ms", 1500),
+        ("10s", 10_000),
+        ("5m", 300_000),
+        ("1h", 3_600_000),
+        ("2d", 172_800_000),
+        (" 7 S ", 7000),
+    ],
 )
 def test_durations(text, ms):
     assert parse_duration_ms(text) == ms
@@ -80,8 +88,13 @@ def test_every_setting_has_a_flag_in_help(capsys):
 
 def test_bad_setting_exits_2_with_one_clear_line():
     env = {"PATH": "/usr/bin:/bin", ENV_PREFIX + "EMIT": "often"}
-    proc = subprocess.run([sys.executable, "-m", "service", "run", "--bootstrap-servers", "x:1"],
-                          capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "service", "run", "--bootstrap-servers", "x:1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr

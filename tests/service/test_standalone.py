@@ -60,12 +60,22 @@ class StandaloneCluster:
 
     def _spawn(self, name: str, *args: str) -> None:
         home = _spark_home()
-        env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
-               "SPARK_WORKER_DIR": str(self.work / "worker")}
-        log = open(self.work / f"{name}.log", "wb")
-        self.procs.append(subprocess.Popen([str(home / "bin" / "spark-class"), *args], stdout=log,
-                                           stderr=subprocess.STDOUT, env=env, start_new_session=True))
-        log.close()
+        env = {
+            **os.environ,
+            "SPARK_HOME": str(home),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_WORKER_DIR": str(self.work / "worker"),
+        }
+        with open(self.work / f"{name}.log", "wb") as log:
+            self.procs.append(
+                subprocess.Popen(
+                    [str(home / "bin" / "spark-class"), *args],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            )
 
     def workers_alive(self) -> int:
         try:
@@ -75,20 +85,42 @@ class StandaloneCluster:
             return 0
         return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
 
-    def start(self, timeout: float = 120) -> "StandaloneCluster":
-        self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                    str(self.port), "--webui-port", str(self.ui))
+    def start(self, timeout: float = 120) -> StandaloneCluster:
+        self._spawn(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.ui),
+        )
         deadline = time.monotonic() + timeout
         worker = False
         while not worker or self.workers_alive() < 1:
             if not worker and self._master_ports():
-                self._spawn("worker", "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
-                            "--cores", str(self.cores), "--memory", self.memory, "--webui-port", str(_free_port()))
+                self._spawn(
+                    "worker",
+                    "org.apache.spark.deploy.worker.Worker",
+                    self.url,
+                    "--host",
+                    "127.0.0.1",
+                    "--cores",
+                    str(self.cores),
+                    "--memory",
+                    self.memory,
+                    "--webui-port",
+                    str(_free_port()),
+                )
                 worker = True
                 continue
             if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
-                logs = "\n".join((self.work / f"{n}.log").read_text(errors="replace")[-2000:]
-                                 for n in ("master", "worker") if (self.work / f"{n}.log").exists())
+                logs = "\n".join(
+                    (self.work / f"{n}.log").read_text(errors="replace")[-2000:]
+                    for n in ("master", "worker")
+                    if (self.work / f"{n}.log").exists()
+                )
                 self.stop()
                 raise AssertionError(f"standalone cluster did not come up:\n{logs}")
             time.sleep(1)
@@ -123,9 +155,19 @@ def test_runs_unchanged_on_a_standalone_cluster(kafka_bootstrap, make_topic, clu
     events = payment_events(1500, keys=9, partitions=PARTITIONS, td=TD, grace=GRACE, seed=404)
     ends = produce(kafka_bootstrap, topics["in"], events)
     ck = tmp_path / "checkpoint"
-    args = service_args(kafka_bootstrap, topics, ck, "--changelog-format", "json", "--changelog-key-format",
-                        "json", "--max-offsets-per-trigger", "800", "--spark-conf",
-                        "spark.executor.memory=1g,spark.cores.max=2")
+    args = service_args(
+        kafka_bootstrap,
+        topics,
+        ck,
+        "--changelog-format",
+        "json",
+        "--changelog-key-format",
+        "json",
+        "--max-offsets-per-trigger",
+        "800",
+        "--spark-conf",
+        "spark.executor.memory=1g,spark.cores.max=2",
+    )
     args[args.index("--spark-master") + 1] = cluster.url
     svc = ServiceProcess(args, tmp_path / "service.log", env={"SPARK_LOCAL_IP": "127.0.0.1"}).start()
     try:

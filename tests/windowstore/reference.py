@@ -26,9 +26,7 @@ def classify(records: Sequence[tuple[Hashable, object, int]], td: int, grace: in
     return out
 
 
-def r3_table(
-    records: Sequence[tuple[Hashable, object, int]], td: int
-) -> dict[tuple[Hashable, int], tuple[list, int]]:
+def r3_table(records: Sequence[tuple[Hashable, object, int]], td: int) -> dict[tuple[Hashable, int], tuple[list, int]]:
     """R3: for each key and integer start s >= 0 with W(s) = records in [s, s+td], the window [s, s+td] exists
     iff W(s) is non-empty and (s == 0 or W(s) != W(s-1)). Value: (sorted values, max ts)."""
     by_key: dict[Hashable, list[tuple[int, object]]] = defaultdict(list)
@@ -38,11 +36,11 @@ def r3_table(
     for key, recs in by_key.items():
         top = max(ts for ts, _ in recs)
 
-        def members(s: int) -> list[int]:
+        def members(s: int, recs: list = recs) -> list[int]:
             return sorted(i for i, (ts, _) in enumerate(recs) if s <= ts <= s + td)
 
         prev = None
-        for s in range(0, top + 1):
+        for s in range(top + 1):
             w = members(s)
             if w and (s == 0 or w != prev):
                 table[(key, s)] = (sorted(recs[i][1] for i in w), max(recs[i][0] for i in w))

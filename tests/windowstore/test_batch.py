@@ -10,7 +10,17 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from windowstore import (
-    Collect, Composite, Count, Field, Max, Mean, Min, SlidingWindowProcessor, SlidingWindows, Sum, Variance,
+    Collect,
+    Composite,
+    Count,
+    Field,
+    Max,
+    Mean,
+    Min,
+    SlidingWindowProcessor,
+    SlidingWindows,
+    Sum,
+    Variance,
 )
 from windowstore.columns import batch_plan
 
@@ -47,10 +57,7 @@ def cases(draw):
     td = draw(st.integers(1, 12))
     grace = draw(st.integers(0, 30))
     n = draw(st.integers(1, 50))
-    recs = [
-        (draw(st.sampled_from("abc")), draw(st.integers(-5, 9)), draw(st.integers(0, 90)))
-        for _ in range(n)
-    ]
+    recs = [(draw(st.sampled_from("abc")), draw(st.integers(-5, 9)), draw(st.integers(0, 90))) for _ in range(n)]
     if draw(st.booleans()):
         recs.insert(draw(st.integers(0, n)), (None, 1, 5))
     return td, grace, recs, draw(st.integers(1, 20)), draw(st.integers(0, len(AGGS) - 1))
@@ -66,8 +73,13 @@ def close_cases(draw):
     t, recs = 0, []
     for _ in range(n):
         t += draw(st.sampled_from([0, 1, 1, 2, 3, 5, 60]))
-        recs.append((draw(st.sampled_from("abc")), draw(st.integers(-5, 9)), max(0, t - draw(st.sampled_from(
-            [0, 0, 0, 1, 4, 25])))))
+        recs.append(
+            (
+                draw(st.sampled_from("abc")),
+                draw(st.integers(-5, 9)),
+                max(0, t - draw(st.sampled_from([0, 0, 0, 1, 4, 25]))),
+            )
+        )
     if draw(st.booleans()):
         recs.insert(draw(st.integers(0, n)), (None, 1, 5))
     return td, grace, recs, draw(st.integers(1, 20)), draw(st.integers(0, len(AGGS) - 1))
@@ -102,9 +114,9 @@ def test_batch_path_is_taken_on_clean_input_and_not_on_partially_late():
     recs = [(f"k{rnd.randint(0, 9)}", rnd.randint(0, 100), i * 3 + rnd.randint(0, 20)) for i in range(2000)]
     _, _, taken = run(recs, 50, 100, 500, Sum, True)
     assert taken == 4
-    late = recs[:500] + [("k1", 1, 5)]  # 5 + 50 >= close? no: dropped at entry, still batchable
+    late = [*recs[:500], ("k1", 1, 5)]  # 5 + 50 >= close? no: dropped at entry, still batchable
     assert run(late, 50, 100, 501, Sum, True)[2] == 1
-    partial = recs[:500] + [("k1", 1, recs[499][2] - 120)]  # inside td of close: partially late
+    partial = [*recs[:500], ("k1", 1, recs[499][2] - 120)]  # inside td of close: partially late
     assert run(partial, 50, 100, 501, Sum, True)[2] == 0
 
 
@@ -147,7 +159,7 @@ def test_flush_columns_equals_flush(mode, case):
         if "key_id" in cols:  # the keys as ids into a table, where the batch path made the rows
             assert [cols["key_table"][i] for i in cols["key_id"].tolist()] == cols["key"]
         got.append(_rows_from_columns(cols, names))
-    assert got == [[tuple(u[:3]) + (u.value, u.ts, u.count) for u in f] for f in want]
+    assert got == [[(*u[:3], u.value, u.ts, u.count) for u in f] for f in want]
 
 
 @settings(max_examples=200, deadline=None)
@@ -204,7 +216,7 @@ def test_flush_columns_keeps_composite_keys_whole():
     keys = [("a", 1), ("b", 2), ("a", 1), None, ("b", 2)]
     stamps = np.array([5, 6, 7, 8, 20], dtype=np.int64)
     want = SlidingWindowProcessor(SlidingWindows(10, 5), Count(), "update", batch=True)
-    for k, t in zip(keys, stamps.tolist()):
+    for k, t in zip(keys, stamps.tolist(), strict=True):
         want.process(k, 1, t)
     proc = SlidingWindowProcessor(SlidingWindows(10, 5), Count(), "update", batch=True)
     assert proc.process_columns(keys, stamps, {None: np.ones(5, dtype=np.int64)})
@@ -237,20 +249,18 @@ def test_batch_path_leaves_huge_time_differences_to_the_record_path():
     assert sorted((u.start, u.count) for u in proc.flush()) == [(0, 2), (6, 1)]
 
 
-
-
-
 def test_close_mode_batch_path_is_taken_on_a_clean_stream():
     rnd = random.Random(4)
     recs = [(f"k{rnd.randint(0, 9)}", rnd.randint(0, 100), i * 3 + rnd.randint(0, 20)) for i in range(2000)]
     want, _, _ = run(recs, 2000, 100, 250, Sum, False, "close")  # a batch spans ~750 ms, windows close after 2.1 s
-    got, proc, taken = run(recs, 2000, 100, 250, Sum, True, "close")
+    got, _proc, taken = run(recs, 2000, 100, 250, Sum, True, "close")
     assert taken == 8 and got == want and sum(map(len, got)) > 1000
     _, _, taken = run(recs, 50, 100, 250, Sum, True, "close")  # a batch spans 15 windows: the record path
     assert taken == 0
-    assert SlidingWindowProcessor(SlidingWindows(50, 100), Sum(), "close", emit_interval_ms=1000,
-                                  batch=True).batch_path is False  # a wall-clock emit interval: record path
-
+    assert (
+        SlidingWindowProcessor(SlidingWindows(50, 100), Sum(), "close", emit_interval_ms=1000, batch=True).batch_path
+        is False
+    )  # a wall-clock emit interval: record path
 
 
 @settings(max_examples=300, deadline=None)

@@ -31,7 +31,10 @@ def test_issue_29_sums_are_exact_python_ints(batch):
         proc.process_batch(recs)
         if columns:
             out = proc.flush_columns()
-            got = {(k, int(s)): v for k, s, v in zip(out["key"], out["start"], out["values"]["sum_amount"].tolist())}
+            got = {
+                (k, int(s)): v
+                for k, s, v in zip(out["key"], out["start"], out["values"]["sum_amount"].tolist(), strict=True)
+            }
         else:
             got = _sum_by_window(proc.flush())
         assert got[("k", 901)] == 9223372036854775815 and type(got[("k", 901)]) is int
@@ -77,7 +80,7 @@ def test_columns_beyond_int64_do_not_raise(dtype):
     vals = [10**30, 1, 2] if dtype is object else [2**64 - 1, 1, 2]
     agg = Composite([Count(), Field(Sum(), "v"), Field(Max(), "v"), Field(Min(), "v")])
     want = SlidingWindowProcessor(SlidingWindows(10, 0), agg, "update")
-    want.process_many([("a", {"v": v}, t) for v, t in zip(vals, (5, 6, 7))])
+    want.process_many([("a", {"v": v}, t) for v, t in zip(vals, (5, 6, 7), strict=True)])
     proc = SlidingWindowProcessor(SlidingWindows(10, 0), agg, "update", batch=True)
     proc.process_columns(["a", "a", "a"], np.array([5, 6, 7]), {"v": np.array(vals, dtype=dtype)})
     got = proc.flush()

@@ -84,7 +84,7 @@ def expected_of(case: dict[str, Any], with_ts: bool = True) -> list[tuple]:
 
 def _strip_ts_if_unasserted(case: dict[str, Any], rows: list[tuple]) -> list[tuple]:
     if any(e["ts"] is None for e in case["expected"]):
-        return [r[:4] + (None,) for r in rows]
+        return [(*r[:4], None) for r in rows]
     return rows
 
 
@@ -103,9 +103,7 @@ def test_vector(case: dict[str, Any]) -> None:
     expected = expected_of(case)
     if case["emit_strategy"] == "STORE_CONTENTS":
         _, proc = run_case(case)
-        got = sorted(
-            (k, s, s + case["time_difference_ms"], acc, ts) for k, s, acc, ts, _n in proc.store.all_windows()
-        )
+        got = sorted((k, s, s + case["time_difference_ms"], acc, ts) for k, s, acc, ts, _n in proc.store.all_windows())
         assert got == sorted(expected)
         return
 
@@ -124,6 +122,7 @@ def test_vector(case: dict[str, Any]) -> None:
     if case.get("emission_order_exact"):
         assert got == expected
     elif case.get("per_window_order_exact"):
+
         def per_window(rows: list[tuple]) -> dict:
             d: dict = defaultdict(list)
             for r in rows:

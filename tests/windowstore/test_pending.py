@@ -45,7 +45,7 @@ def test_same_pops_as_a_heap(ops):
                 s, _kb, k = heapq.heappop(model)
                 want.append((s, k))
             starts, keys = p.pop_through(op[1])
-            assert list(zip(starts, keys)) == want
+            assert list(zip(starts, keys, strict=True)) == want
             assert all(type(s) is int for s in starts)
         elif op[0] == "any":
             lo, hi = op[1], op[2]

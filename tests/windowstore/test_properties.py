@@ -23,10 +23,7 @@ def streams(draw, max_ts: int = 120, max_len: int = 40):
     td = draw(st.integers(min_value=1, max_value=15))
     grace = draw(st.integers(min_value=0, max_value=40))
     n = draw(st.integers(min_value=1, max_value=max_len))
-    recs = [
-        (draw(keys), i, draw(st.integers(min_value=0, max_value=max_ts)))
-        for i in range(n)
-    ]
+    recs = [(draw(keys), i, draw(st.integers(min_value=0, max_value=max_ts))) for i in range(n)]
     return td, grace, recs
 
 
@@ -56,7 +53,7 @@ def test_clean_input_matches_declarative_definition(case):
     td, grace, recs = case
     kinds = classify(recs, td, grace)
     assume("partial" not in kinds)
-    accepted = [r for r, k in zip(recs, kinds) if k == "ok"]
+    accepted = [r for r, k in zip(recs, kinds, strict=True) if k == "ok"]
     expected = r3_table(accepted, td)
     for emit, retention in (("update", None), ("every", 2 * td + grace + 1)):
         out, proc = run(recs, td, grace, emit, retention=retention)
@@ -161,7 +158,7 @@ def test_external_state_per_key_round_trip(case, batch, emit):
 def test_key_blob_round_trip(case):
     td, grace, recs = case
     _, proc = run(recs, td, grace, "update", agg=Collect())
-    for key, kw in proc.store.keys.items():
+    for kw in proc.store.keys.values():
         back = decode_key_windows(encode_key_windows(kw))
         assert back.starts == kw.starts
         assert back.entries == kw.entries
@@ -179,7 +176,11 @@ def test_invalid_records_are_counted_not_raised():
     assert (s.dropped_null, s.dropped_invalid_timestamp, s.dropped_late, s.accepted) == (2, 2, 1, 1)
     assert s.dropped_records_total == 5
     assert [d.reason.value for d in proc.take_drops()] == [
-        "null-key", "null-value", "invalid-timestamp", "invalid-timestamp", "late"
+        "null-key",
+        "null-value",
+        "invalid-timestamp",
+        "invalid-timestamp",
+        "late",
     ]
     assert proc.observed_stream_time == 100  # invalid records never advance stream time
 

@@ -41,16 +41,19 @@ def dropped(build) -> weakref.ref:  # type: ignore[no-untyped-def,type-arg]
 
 
 @pytest.mark.parametrize("emit", ["update", "every", "close"])
-@pytest.mark.parametrize(("aggs", "batch"), [("count", False), ("sum", False), ("count,sum,max", True),
-                                             ("count,sum,max", False), ("sum", True)])
+@pytest.mark.parametrize(
+    ("aggs", "batch"),
+    [("count", False), ("sum", False), ("count,sum,max", True), ("count,sum,max", False), ("sum", True)],
+)
 def test_a_dropped_processor_is_freed_at_once(emit, aggs, batch):
     windows = SlidingWindows(50, 20)
     ref, (blobs, meta) = dropped(lambda: SlidingWindowProcessor(windows, parse_aggregations(aggs), emit, batch=batch))
     assert ref() is None
 
     # and one over external state (the service's: a task's meta and a blob per key, loaded on first use)
-    ref, _ = dropped(lambda: SlidingWindowProcessor.from_state(windows, parse_aggregations(aggs), emit, meta,
-                                                               blobs.get, batch=batch))
+    ref, _ = dropped(
+        lambda: SlidingWindowProcessor.from_state(windows, parse_aggregations(aggs), emit, meta, blobs.get, batch=batch)
+    )
     assert ref() is None
 
 

@@ -24,8 +24,9 @@ def replay(lines: list[str], *args: str) -> subprocess.CompletedProcess:
 
 
 def test_javadoc_example_through_the_cli():
-    p = replay([json.dumps(r) for r in JAVADOC], "--time-difference-ms", "5000", "--aggregation", "collect",
-               "--emit", "every")
+    p = replay(
+        [json.dumps(r) for r in JAVADOC], "--time-difference-ms", "5000", "--aggregation", "collect", "--emit", "every"
+    )
     assert p.returncode == 0, p.stderr
     out = [json.loads(line) for line in p.stdout.splitlines()]
     final = {(u["window_start"], u["window_end"]): (u["value"], u["ts"]) for u in out}
@@ -75,8 +76,9 @@ def test_malformed_line_is_a_clear_error_with_exit_code_2(bad, message):
 
 def test_flush_every_groups_update_mode_output():
     recs = [{"key": "A", "value": 1, "ts": t} for t in (10, 11, 12, 13)]
-    per_record, _ = replay_records(recs, time_difference_ms=5, grace_ms=0, aggregation="count", emit="update",
-                                   flush_every=1)
+    per_record, _ = replay_records(
+        recs, time_difference_ms=5, grace_ms=0, aggregation="count", emit="update", flush_every=1
+    )
     at_end, _ = replay_records(recs, time_difference_ms=5, grace_ms=0, aggregation="count", emit="update")
     assert len(per_record) > len(at_end)
     final = lambda rows: {(r["window_start"]): r["value"] for r in rows}  # noqa: E731

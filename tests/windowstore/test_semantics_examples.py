@@ -8,7 +8,7 @@ from windowstore import Collect, SlidingWindowProcessor, SlidingWindows
 def table(recs, td, grace, emit="every", retention=None, agg=None):
     proc = SlidingWindowProcessor(SlidingWindows(td, grace, retention), agg or Collect(), emit)
     out = []
-    for i, t in enumerate(recs):
+    for t in recs:
         out.extend(proc.process("k", t, t))
     out.extend(proc.flush())
     final = {}
@@ -35,7 +35,7 @@ def test_r20_double_put_when_previous_right_window_is_the_left_window():
 
 def test_r22_skipped_windows_tick_the_sensor():
     recs = [200, 100, 101, 102, 103, 104, 105, 15]
-    _, out, proc = table(recs, 10, 90)
+    _, _out, proc = table(recs, 10, 90)
     assert proc.stats.dropped_records_total == 7
     assert proc.stats.dropped_late == 1 and proc.stats.skipped_windows == 6
 

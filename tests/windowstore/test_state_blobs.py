@@ -10,7 +10,11 @@ import pytest
 
 from windowstore import Composite, Count, Field, Max, Mean, Min, SlidingWindowProcessor, SlidingWindows, Sum
 from windowstore.serde import (
-    KEY_FORMAT_COLUMNS, StateFormatError, decode_key_windows, encode_key_windows, entries_from_columns,
+    KEY_FORMAT_COLUMNS,
+    StateFormatError,
+    decode_key_windows,
+    encode_key_windows,
+    entries_from_columns,
 )
 
 from .reference import save_state
@@ -69,10 +73,14 @@ def test_columns_round_trip(make, floats):
         blob = encode_key_windows(kw)
         assert blob[0] == KEY_FORMAT_COLUMNS
         back = decode_key_windows(blob)
-        for a, b in [(back.cols.starts, kw.cols.starts), (back.cols.ts, kw.cols.ts),
-                     (back.cols.counts, kw.cols.counts), (back.raw.ts, kw.raw.ts)]:
+        for a, b in [
+            (back.cols.starts, kw.cols.starts),
+            (back.cols.ts, kw.cols.ts),
+            (back.cols.counts, kw.cols.counts),
+            (back.raw.ts, kw.raw.ts),
+        ]:
             assert a.dtype == b.dtype and np.array_equal(a, b)
-        for a, b in [*zip(back.cols.parts, kw.cols.parts), *zip(back.raw.cols, kw.raw.cols)]:
+        for a, b in [*zip(back.cols.parts, kw.cols.parts, strict=True), *zip(back.raw.cols, kw.raw.cols, strict=True)]:
             assert (a is None) == (b is None)
             if a is not None:
                 assert a.dtype == b.dtype and np.array_equal(a, b)
@@ -104,8 +112,12 @@ def test_entries_from_columns(make):
         back = decode_key_windows(blob)
         entries_from_columns(back, make())
         kw = proc.store.load(key)
-        assert (back.starts, back.entries, back.raw.ts, back.raw.cols) == \
-            (kw.starts, kw.entries, kw.raw.ts, kw.raw.cols)
+        assert (back.starts, back.entries, back.raw.ts, back.raw.cols) == (
+            kw.starts,
+            kw.entries,
+            kw.raw.ts,
+            kw.raw.cols,
+        )
 
 
 def test_malformed_columns_blob_is_an_error():

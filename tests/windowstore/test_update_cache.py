@@ -10,9 +10,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from windowstore import Collect, Count, Mean, SlidingWindowProcessor, SlidingWindows, Sum
+from windowstore import Collect, Count, Mean, SlidingWindowProcessor, SlidingWindows, Sum, output
 from windowstore.updates import WindowUpdate
-from windowstore import output
 
 AGGS = {"count": Count, "sum": Sum, "collect": Collect, "mean": Mean}
 

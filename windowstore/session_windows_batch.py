@@ -1,0 +1,184 @@
+"""The batch path for session windows, emit mode ``update``: a micro-batch merged per key in one pass, with the
+record cache's writes reduced to the ones a flush can see.
+
+The reference record path (:class:`windowstore.session_windows.SessionWindowProcessor`, rules S1-S12 of
+``docs/rules-window-types.md``) writes every intermediate session to the record cache: a key's records
+``A@10 A@12 A@14`` put ``[10,10]``, remove it, put ``[10,12]``, remove it, put ``[10,14]``. In update mode only
+the last write of each session reaches the flush, and a removed session that was never flushed forwards nothing
+(S7: ``putAndMaybeForward`` finds no old session in the store). So this path groups the batch by key and walks
+each key's records once, in arrival order, over the key's sessions as two sorted lists of bounds (starts, ends) -
+in update mode a key's sessions never overlap and are more than ``gap`` apart (nothing is hidden from a merge),
+so a record reaches at most the session before it and the one after it (two bisections)::
+
+    gap = 5, cached [10,12] (flushed) and [20,24]; batch A@16 A@30
+    A@16: reaches [10,12] (12 >= 16-5) and [20,24] (20 <= 16+5) -> [10,24]; [10,12], [20,24] removed
+    A@30: reaches [10,24] (24 >= 30-5)                       -> [10,30]; [10,24] was never flushed: no write
+    cache writes: remove [10,12], remove [20,24] (at A@16, ascending end), put [10,30] (at A@30)
+
+Values are folded with the session merger (``combine``) and kept per session, so a merge costs one ``combine``
+per part whatever the session's length. Writes kept: the removal of each session that existed before the batch
+(at the record that replaced it; a record inside a session re-puts the same bounds, S6), and the put of every
+session the batch touched (at its last record). The record cache orders them by last write - (record index,
+removals before the put, removals by ascending end) - exactly as the record path leaves them, and the processor's
+:meth:`~SessionWindowProcessor.flush` then forwards what it forwards (tombstones included).
+
+It falls back to the record path, record by record, where it could not be identical: emit modes ``every`` and
+``close`` (their stores hide sessions from merges by retention and drop segments mid-batch, S7/S10; their output
+is per record); a record not ahead of close time (``t <= streamTime - grace - gap``: whether it is late, S5,
+depends on the sessions it merges, and such a record may reach a session the cache has forgotten); aggregations
+that are not exact whatever the order (anything but count, sum, min, max, mean on ints, their ``Field`` s and
+composites), a merger passed by the caller, a float accumulator in a cached session.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from .aggregations import Composite
+from .family_common import valid_timestamp
+from .session_windows import SessionWindowProcessor
+from .time_windows_batch import BatchFallback, batch_kinds, merge_part, one_part, part_column
+from .updates import EmitMode, WindowUpdate
+
+__all__ = ["process_batch"]
+
+
+def process_batch(
+    proc: SessionWindowProcessor, keys: Sequence[Hashable], timestamps: Sequence[Any], values: Sequence[Any]
+) -> list[WindowUpdate]:
+    """Process the records ``(keys[i], values[i], timestamps[i])`` in order, as ``proc.process`` would one by
+    one, and return the concatenation of what those calls return (``update`` mode: nothing - call
+    ``proc.flush()``)."""
+    if not (len(keys) == len(timestamps) == len(values)):
+        raise ValueError(f"columns differ in length: {len(keys)} keys, {len(timestamps)} timestamps, {len(values)}")
+    kinds = batch_kinds(proc.aggregation)
+    if proc.emit is EmitMode.UPDATE and kinds is not None and proc.default_merger:
+        try:
+            _process(proc, kinds, keys, timestamps, values)
+            return []
+        except BatchFallback:
+            pass
+    process = proc.process
+    out: list[WindowUpdate] = []
+    for k, v, t in zip(keys, values, timestamps, strict=True):
+        out += process(k, v, t)
+    return out
+
+
+def _check_held(kinds: list[tuple[str, str | None]], parts: Sequence[Any]) -> None:
+    """A cached session's accumulator parts are ints (else regrouping could round differently)."""
+    for (kind, _f), p in zip(kinds, parts, strict=True):
+        x = p[1] if kind == "mean" else p
+        if type(x) is not int:
+            raise BatchFallback
+
+
+def _process(
+    proc: SessionWindowProcessor,
+    kinds: list[tuple[str, str | None]],
+    keys: Sequence[Hashable],
+    timestamps: Sequence[Any],
+    values: Sequence[Any],
+) -> None:
+    gap = proc.windows.gap_ms
+    lag = proc.windows.grace_ms + gap
+    st = proc.observed_stream_time
+    n_null = n_invalid = 0
+    by_key: dict[Hashable, list[tuple[int, int]]] = {}
+    for i, k in enumerate(keys):
+        if k is None:  # S9: dropped before stream time moves
+            n_null += 1
+            continue
+        t = timestamps[i]
+        if type(t) is not int or t < 0:
+            t = valid_timestamp(t)
+            if t is None:
+                n_invalid += 1
+                continue
+        if t > st:  # S3
+            st = t
+        if t <= st - lag:  # S4/S5: possibly late - only the record path can tell
+            raise BatchFallback
+        rows = by_key.get(k)
+        if rows is None:
+            by_key[k] = [(t, i)]
+        else:
+            rows.append((t, i))
+    contributing = sorted(i for rows in by_key.values() for _t, i in rows)
+    col_at = [
+        dict(zip(contributing, part_column(kind, field, [values[i] for i in contributing]), strict=True))
+        for kind, field in kinds
+    ]
+    single = type(proc.aggregation) is not Composite
+    ops: list[tuple[tuple[int, int, int, int], tuple[Any, ...]]] = []
+    created = updated = merged = 0
+    for k, rows in by_key.items():
+        lo_t = min(t for t, _i in rows)
+        hi_t = max(t for t, _i in rows)
+        starts: list[int] = []
+        ends: list[int] = []
+        accs: list[list[Any]] = []
+        counts: list[int] = []
+        held: list[tuple[int, int] | None] = []  # bounds of a session cached before the batch, while unchanged
+        last: list[int] = []  # index of the record that last wrote the session (-1: none yet)
+        for s, e, acc, count in proc.cached_sessions(k, lo_t - gap, hi_t + gap):  # disjoint: by end = by start
+            parts = [acc] if single else list(acc)
+            _check_held(kinds, parts)
+            starts.append(s)
+            ends.append(e)
+            accs.append(parts)
+            counts.append(count)
+            held.append((s, e))
+            last.append(-1)
+        for t, i in rows:  # arrival order
+            j = bisect.bisect_right(starts, t)
+            a = j - 1 if j and ends[j - 1] >= t - gap else j  # S2: end >= t - gap ...
+            b = j + 1 if j < len(starts) and starts[j] <= t + gap else j  # ... and start <= t + gap
+            value = [one_part(kind, cols[i]) for (kind, _f), cols in zip(kinds, col_at, strict=True)]
+            if a == b:
+                created += 1
+                starts.insert(j, t)
+                ends.insert(j, t)
+                accs.insert(j, value)
+                counts.insert(j, 1)
+                held.insert(j, None)
+                last.insert(j, i)
+                continue
+            updated += 1
+            merged += b - a - 1
+            ns = min(starts[a], t)
+            ne = max(ends[b - 1], t)
+            count = 1
+            tag = None
+            for m in range(a, b):  # S6: found sessions in ascending end, the record last
+                value = [merge_part(kind, x, y) for (kind, _f), x, y in zip(kinds, accs[m], value, strict=True)]
+                count += counts[m]
+                h = held[m]
+                if h is not None:
+                    if h == (ns, ne):
+                        tag = h  # a record inside a cached session: removed and put again under the same bounds
+                    else:
+                        ops.append(((i, 0, h[1], h[0]), (k, h[0], h[1])))
+            starts[a:b] = [ns]
+            ends[a:b] = [ne]
+            accs[a:b] = [value]
+            counts[a:b] = [count]
+            held[a:b] = [tag]
+            last[a:b] = [i]
+        for m, i in enumerate(last):
+            if i >= 0:
+                parts = accs[m]
+                ops.append(((i, 1, 0, 0), (k, starts[m], ends[m], parts[0] if single else tuple(parts), counts[m])))
+    ops.sort(key=lambda op: op[0])  # the record cache's last-write order
+    proc.write_sessions([op for _order, op in ops])
+    stats = proc.stats
+    stats.records += len(keys)
+    stats.dropped_null_key += n_null
+    stats.dropped_invalid_timestamp += n_invalid
+    stats.accepted += len(contributing)
+    stats.windows_created += created
+    stats.windows_updated += updated
+    stats.sessions_merged += merged
+    proc.observed_stream_time = st

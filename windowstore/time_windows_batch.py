@@ -1,0 +1,379 @@
+"""The batch path for time windows (tumbling, hopping): a micro-batch at a cost that does not grow with
+``size / advance``.
+
+The reference record path (:class:`windowstore.time_windows.TimeWindowProcessor`, rules T1-T12 of
+``docs/rules-window-types.md``) folds every record into each of its ``ceil(size / advance)`` windows, as Kafka
+Streams' ``KStreamWindowAggregate`` does: 1,000 windows per record cost 1,000 updates. This path instead sorts one
+key's records of the batch by timestamp once and reads every window it touches as a range of that sorted run, the
+way Hazelcast Jet's sliding windows combine frames (accumulate / combine / deduct): counts, sums and means by
+prefix sums (``P[hi] - P[lo]``, the deduct), min and max by a sparse table, so a window costs two bisections
+whatever its size::
+
+    size = 10, advance = 4; one key's records of the batch, sorted by time: 17 18 21 25 29
+    window [20, 30)  -> records with 20 <= t < 30 = sorted positions [2, 5): count P[5] - P[2] = 3
+    window [24, 34)  -> positions [3, 5)
+    (a window is [start, start + size): start inclusive, end exclusive, T2)
+
+A window is touched by the union of the records' windows (the output of update mode, not records x windows).
+Cost per batch: sorting each key's records, then O(log n) per window written - and a batch writes, per key,
+``(span of the key's records + size) / advance`` windows. Per record that is flat while a key's records in a
+batch span more than a window; with fewer records per key and window it is the writes (the update mode's output,
+which the record path writes too) that grow with ``size / advance`` (``bench/window_types_bench.py``).
+
+Late records (T5, T7). Close time only grows within a batch (``close_i = max(stream time, t_0..t_i) - grace``),
+so a record's closed windows are a prefix of its windows, counted arithmetically (one ``dropped-records-total`` tick
+per closed window). A record none of whose windows is closed at its own close time is *clean*: it reaches exactly
+the windows containing it, and the range reads above apply. A partially late record is folded into its open
+windows one by one (rare: only records behind close time). A window is touched only by records that were open for
+it, so its final value is the value the record path has after the batch.
+
+What the path returns is what the record path returns for the same records, concatenated, and it leaves the
+processor in the record path's state (the processor's batch contract: ``merge_windows`` / ``close_windows``):
+
+* ``update``: nothing; the processor's :meth:`~TimeWindowProcessor.flush` then forwards each written window once,
+  in the record cache's last-write order - the order of ``(index of the window's last record, start)``;
+* ``close``: the windows each record's close time closed, replayed over the batch's close times after the
+  windows hold their final values (a window emitted at record ``i`` cannot be written after ``i``: it is closed).
+
+It falls back to the record path, record by record, where it could not be identical: emit mode ``every`` (its
+output is one update per record and window, inherently ``size / advance`` per record); aggregations that are not
+exact under regrouping (anything but count, sum, min, max, mean, their ``Field`` s and composites of them; floats,
+whose sums depend on the order of additions, and ``bool``s, which compare equal to ints but print differently);
+a value the aggregation cannot take (the record path raises it at the same record).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Hashable, Sequence
+from itertools import accumulate
+from typing import Any
+
+from .aggregations import Aggregation, Composite, Count, Field, Max, Mean, Min, Sum
+from .family_common import valid_timestamp
+from .time_windows import TimeWindowProcessor
+from .updates import EmitMode, WindowUpdate
+
+__all__ = ["BatchFallback", "batch_kinds", "combine_part", "merge_part", "one_part", "part_column", "process_batch"]
+
+_KINDS: dict[type, str] = {Count: "count", Sum: "sum", Min: "min", Max: "max", Mean: "mean"}
+
+
+class BatchFallback(Exception):
+    """The batch cannot be processed identically by this path: use the record path."""
+
+
+def batch_kinds(aggregation: Aggregation) -> list[tuple[str, str | None]] | None:
+    """``[(kind, field)]`` per part of ``aggregation`` when this path can compute it exactly, else ``None``.
+    Only the built-in classes themselves qualify (a subclass may override ``accumulate``)."""
+    parts = aggregation.parts if type(aggregation) is Composite else (aggregation,)
+    out: list[tuple[str, str | None]] = []
+    for p in parts:
+        field = None
+        if type(p) is Field:
+            field = p.field
+            p = p.inner
+        kind = _KINDS.get(type(p))
+        if kind is None:
+            return None
+        out.append((kind, field))
+    return out
+
+
+def process_batch(
+    proc: TimeWindowProcessor, keys: Sequence[Hashable], timestamps: Sequence[Any], values: Sequence[Any]
+) -> list[WindowUpdate]:
+    """Process the records ``(keys[i], values[i], timestamps[i])`` in order, as ``proc.process`` would one by
+    one, and return the concatenation of what those calls return (``update`` mode: nothing - call
+    ``proc.flush()``)."""
+    if not (len(keys) == len(timestamps) == len(values)):
+        raise ValueError(f"columns differ in length: {len(keys)} keys, {len(timestamps)} timestamps, {len(values)}")
+    kinds = batch_kinds(proc.aggregation)
+    if proc.emit is not EmitMode.EVERY and kinds is not None:
+        try:
+            return _process(proc, kinds, keys, timestamps, values)
+        except BatchFallback:
+            pass
+    process = proc.process
+    out: list[WindowUpdate] = []
+    for k, v, t in zip(keys, values, timestamps, strict=True):
+        out += process(k, v, t)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- the batch path
+
+
+def part_column(kind: str, field: str | None, vals: list[Any]) -> list[Any]:
+    """One part's inputs for the contributing records: ints only (exact whatever the grouping), else fallback."""
+    if field is not None:
+        try:
+            vals = [v[field] for v in vals]
+        except Exception as e:
+            raise BatchFallback from e
+    if kind == "count":
+        return vals
+    for v in vals:
+        if type(v) is not int:
+            raise BatchFallback
+    return vals
+
+
+class _SparseTable:
+    """Range min or max in O(1) after O(n log n): ``levels[j][i] = op(a[i : i + 2**j])``."""
+
+    __slots__ = ("levels", "op")
+
+    def __init__(self, a: list[Any], op: Any) -> None:
+        self.op = op
+        levels = [a]
+        half = 1
+        while 2 * half <= len(a):
+            prev = levels[-1]
+            levels.append(list(map(op, prev[: len(prev) - half], prev[half:])))
+            half *= 2
+        self.levels = levels
+
+    def query(self, lo: int, hi: int) -> Any:
+        """``op`` over ``a[lo:hi]`` (``hi > lo``)."""
+        j = (hi - lo).bit_length() - 1
+        row = self.levels[j]
+        return self.op(row[lo], row[hi - (1 << j)])
+
+
+def _min(a: Any, b: Any) -> Any:
+    return b if b < a else a
+
+
+def _max(a: Any, b: Any) -> Any:
+    return b if b > a else a
+
+
+def combine_part(kind: str, old: Any, new: Any) -> Any:
+    """Existing accumulator part (``old``, record-path form) with the batch's part ``new``; exact for ints."""
+    if kind == "count":
+        return old + new
+    if kind == "sum":
+        if type(old) is not int:
+            raise BatchFallback  # a float sum from earlier records: regrouping would round differently
+        return old + new
+    if kind == "mean":
+        if type(old[1]) is not int:
+            raise BatchFallback
+        return (old[0] + new[0], old[1] + new[1])
+    if old is None:
+        return new
+    if type(old) is not int:
+        raise BatchFallback
+    return _min(old, new) if kind == "min" else _max(old, new)
+
+
+def _process(
+    proc: TimeWindowProcessor,
+    kinds: list[tuple[str, str | None]],
+    keys: Sequence[Hashable],
+    timestamps: Sequence[Any],
+    values: Sequence[Any],
+) -> list[WindowUpdate]:
+    windows = proc.windows
+    size = windows.size_ms
+    adv = windows.advance
+    grace = windows.grace_ms
+    st = proc.observed_stream_time
+    n_null = n_invalid = n_late = n_accepted = skipped = pairs = 0
+    closes: list[int] = []  # close time after each non-null, valid record (close mode's replay)
+    clean: dict[Hashable, list[tuple[int, int]]] = {}  # key -> [(t, index)]
+    partial: list[tuple[Hashable, int, int, int]] = []  # (key, t, index, first open start)
+    for i, k in enumerate(keys):
+        if k is None:  # T7: a null key is dropped before stream time moves
+            n_null += 1
+            continue
+        t = timestamps[i]
+        if type(t) is not int or t < 0:
+            t = valid_timestamp(t)
+            if t is None:
+                n_invalid += 1
+                continue
+        if t > st:  # T3
+            st = t
+        close = st - grace  # T4
+        closes.append(close)
+        first = (max(0, t - size + adv) // adv) * adv  # T2: the record's smallest window start
+        if first + size > close:  # every window of the record is open (T5)
+            n_accepted += 1
+            pairs += (t - first) // adv + 1
+            rows = clean.get(k)
+            if rows is None:
+                clean[k] = [(t, i)]
+            else:
+                rows.append((t, i))
+            continue
+        lo = max(first, ((close - size) // adv + 1) * adv)  # smallest start whose end > close
+        if lo > t:  # T7: fully late, once per window
+            n_late += 1
+            skipped += (t - first) // adv + 1
+            continue
+        n_accepted += 1
+        skipped += (lo - first) // adv
+        pairs += (t - lo) // adv + 1
+        partial.append((k, t, i, lo))
+
+    # every contributing record's inputs per part, checked before any state changes
+    contributing = sorted([i for rows in clean.values() for _t, i in rows] + [p[2] for p in partial])
+    col_at: list[dict[int, Any]] = []
+    for kind, field in kinds:
+        col = part_column(kind, field, [values[i] for i in contributing])
+        col_at.append(dict(zip(contributing, col, strict=True)))
+
+    # (last index, start, key, acc, ts, count) of every window the batch writes, state untouched so far
+    single = type(proc.aggregation) is not Composite
+    ordered = proc.emit is EmitMode.UPDATE  # close mode: the write order is not observable
+    writes: list[tuple[int, int, Hashable, Any, int, int]] = []
+    late_by_key: dict[Hashable, dict[int, list[Any]]] = {}
+    for k, t, i, lo in partial:
+        per_start = late_by_key.setdefault(k, {})
+        mine = [one_part(kind, cols[i]) for (kind, _f), cols in zip(kinds, col_at, strict=True)]
+        for s in range(lo, t + 1, adv):
+            c = per_start.get(s)
+            if c is None:
+                per_start[s] = [i, t, 1, mine]
+            else:
+                c[0] = max(c[0], i)
+                c[1] = max(c[1], t)
+                c[2] += 1
+                c[3] = [merge_part(kind, x, y) for (kind, _f), x, y in zip(kinds, c[3], mine, strict=True)]
+    for k in clean.keys() | late_by_key.keys():
+        writes += _key_windows(k, clean.get(k, []), late_by_key.get(k, {}), kinds, col_at, size, adv, single, ordered)
+
+    # combine with the held windows, in the record cache's last-write order: (index of the window's last record,
+    # start); combine_part may still fall back (a float accumulator from earlier records) before any write
+    if ordered:
+        writes.sort(key=lambda c: (c[0], c[1]))
+    if single:
+        kind0 = kinds[0][0]
+
+        def combine(old: Any, new: Any) -> Any:
+            return combine_part(kind0, old, new)
+    else:
+        names = [kind for kind, _f in kinds]
+
+        def combine(old: Any, new: Any) -> Any:
+            return tuple([combine_part(kind, o, n) for kind, o, n in zip(names, old, new, strict=True)])
+
+    created = proc.merge_windows([(k, s, acc, ts, count) for _last_i, s, k, acc, ts, count in writes], combine)
+    stats = proc.stats
+    stats.records += len(keys)
+    stats.dropped_null_key += n_null
+    stats.dropped_invalid_timestamp += n_invalid
+    stats.dropped_late += n_late
+    stats.accepted += n_accepted
+    stats.skipped_windows += skipped
+    stats.windows_created += created
+    stats.windows_updated += pairs - created
+    proc.observed_stream_time = st
+    out: list[WindowUpdate] = []
+    if proc.emit is EmitMode.CLOSE:
+        prev = None
+        for close in closes:
+            if close != prev:
+                out += proc.close_windows(close)
+                prev = close
+        stats.updates_emitted += len(out)
+    elif closes:
+        proc.close_windows(closes[-1])
+    return out
+
+
+def one_part(kind: str, v: Any) -> Any:
+    """One record's part, as the batch combines it (count: 1, mean: (1, v))."""
+    if kind == "count":
+        return 1
+    if kind == "mean":
+        return (1, v)
+    return v
+
+
+def merge_part(kind: str, a: Any, b: Any) -> Any:
+    if kind == "count" or kind == "sum":
+        return a + b
+    if kind == "mean":
+        return (a[0] + b[0], a[1] + b[1])
+    return _min(a, b) if kind == "min" else _max(a, b)
+
+
+def _key_windows(
+    k: Hashable,
+    rows: list[tuple[int, int]],
+    late: dict[int, list[Any]],
+    kinds: list[tuple[str, str | None]],
+    col_at: list[dict[int, Any]],
+    size: int,
+    adv: int,
+    single: bool,
+    ordered: bool,
+) -> list[tuple[int, int, Hashable, Any, int, int]]:
+    """Every window of one key the batch writes, as ``(last record index, start, key, acc, ts, count)``: clean
+    records by range reads over the key's records sorted by time, partially late ones folded in. ``ordered``:
+    the last record index is needed (update mode's last-write order); otherwise it is not computed."""
+    rows.sort()
+    ts_sorted = [t for t, _i in rows]
+    idx = [i for _t, i in rows]
+    readers: list[Any] = []  # per part: (lo, hi) -> the part's accumulator over sorted positions [lo, hi)
+    for (kind, _f), cols in zip(kinds, col_at, strict=True):
+        if kind == "count":
+            readers.append(_count_reader)
+            continue
+        col = [cols[i] for i in idx]
+        if kind == "sum":
+            readers.append(_sum_reader(list(accumulate(col, initial=0))))
+        elif kind == "mean":
+            readers.append(_mean_reader(list(accumulate(col, initial=0))))
+        else:
+            readers.append(_SparseTable(col, _min if kind == "min" else _max).query if col else None)
+    out: list[tuple[int, int, Hashable, Any, int, int]] = []
+    starts: list[int] = []
+    nxt = 0  # smallest start not yet listed
+    for t in ts_sorted:  # the union of the clean records' windows, ascending
+        first = (t - size + adv) // adv * adv
+        if first < nxt:
+            first = nxt
+        top = t // adv * adv
+        if first <= top:
+            starts.extend(range(first, top + 1, adv))
+            nxt = top + adv
+    if starts:
+        last_query = _SparseTable(idx, max).query if ordered else _count_reader  # (unordered: any int)
+        read0 = readers[0]
+        lo = hi = 0
+        bisect_left = bisect.bisect_left
+        for s in starts:  # ascending: both bounds only move right
+            lo = bisect_left(ts_sorted, s, lo)
+            hi = bisect_left(ts_sorted, s + size, hi if hi > lo else lo)
+            acc = read0(lo, hi) if single else tuple([r(lo, hi) for r in readers])
+            out.append((last_query(lo, hi), s, k, acc, ts_sorted[hi - 1], hi - lo))
+    if late:
+        merged = []
+        for last_i, s, k_, acc, ts, count in out:
+            extra = late.pop(s, None)
+            if extra is not None:
+                parts = [acc] if single else list(acc)
+                parts = [merge_part(kind, x, y) for (kind, _f), x, y in zip(kinds, parts, extra[3], strict=True)]
+                acc = parts[0] if single else tuple(parts)
+                last_i, ts, count = max(last_i, extra[0]), max(ts, extra[1]), count + extra[2]
+            merged.append((last_i, s, k_, acc, ts, count))
+        out = merged
+        for s, (last_i, ts, count, parts) in late.items():  # windows only partially late records reached
+            out.append((last_i, s, k, parts[0] if single else tuple(parts), ts, count))
+    return out
+
+
+def _count_reader(lo: int, hi: int) -> int:
+    return hi - lo
+
+
+def _sum_reader(prefix: list[int]) -> Any:
+    return lambda lo, hi: prefix[hi] - prefix[lo]
+
+
+def _mean_reader(prefix: list[int]) -> Any:
+    return lambda lo, hi: (hi - lo, prefix[hi] - prefix[lo])
