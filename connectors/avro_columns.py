@@ -112,10 +112,10 @@ def strings(values: Sequence[str], row_ids: np.ndarray | None = None) -> Piece:
         b = s.encode("utf-8")
         encoded.append(zigzag_varint(len(b)) + b)
     width = max(map(len, encoded), default=0)
-    table = np.frombuffer(b"".join(e.ljust(width, b"\0") for e in encoded), _U8).reshape(len(encoded), width)
+    padded = np.frombuffer(b"".join(e.ljust(width, b"\0") for e in encoded), _U8).reshape(len(encoded), width)
     table_lengths = np.fromiter(map(len, encoded), _I64, len(encoded))
     lengths = _unless_uniform(table_lengths, width)  # e.g. account ids of one length: no lengths
-    return Piece(table[row_ids], None if lengths is None else lengths[row_ids])
+    return Piece(padded[row_ids], None if lengths is None else lengths[row_ids])
 
 
 def encode_rows(n: int, pieces: Sequence[Piece]) -> RowBlock:

@@ -313,11 +313,13 @@ class ChangelogEncoder:
         kfmt = self.spec.key_format
         vjson = self.spec.value_format == "json"
         jk = _json_key_bytes(keys) if kfmt == "json" or vjson else None
+        out_keys: Sequence[bytes]
         if kfmt == "windowed":
             pack = _START.pack
             kcache = {k: k.encode("utf-8") for k in set(keys)}
             out_keys = [kcache[k] + pack(s) for k, s in zip(keys, starts)]
         elif kfmt == "json":
+            assert jk is not None  # made above for a JSON key
             out_keys = _encode_rows('{"key":%s,"window_start":%d,"window_end":%d}', zip(jk, starts, ends))
         elif kfmt == "string":
             out_keys = [f"{k}|{s}|{e}".encode() for k, s, e in zip(keys, starts, ends)]
@@ -326,7 +328,9 @@ class ChangelogEncoder:
         else:
             out_keys = [self.key(k, s, e) for k, s, e in zip(keys, starts, ends)]
 
+        out_values: Sequence[bytes]
         if vjson:
+            assert jk is not None  # made above for a JSON value
             # one %-template per row; integer aggregates go in as %d (== str(int)), anything else as its JSON text
             specs, agg_cols = [], []
             for col in raw_aggs:
@@ -347,14 +351,15 @@ class ChangelogEncoder:
         else:
             aggs = [_tolist(a) for a in raw_aggs]
             names = self._names
-            out_values = []
+            row_values: list[bytes] = []
             vf = self.value
             for i, (k, s, e, c, t) in enumerate(zip(keys, starts, ends, counts, tss)):
                 if self._single:
                     v = aggs[0][i]
                 else:
                     v = {n: a[i] for n, a in zip(names, aggs)}
-                out_values.append(vf(k, s, e, v, t, c, emit_time))
+                row_values.append(vf(k, s, e, v, t, c, emit_time))
+            out_values = row_values
         return out_keys, out_values
 
     @staticmethod

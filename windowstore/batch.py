@@ -120,7 +120,7 @@ def _r3_starts(distinct: np.ndarray, td: int) -> np.ndarray:
 
 
 def _aggregate(plan: Plan, parts: list[Any], lo: np.ndarray, hi: np.ndarray) -> list[Any]:
-    out = []
+    out: list[np.ndarray | None] = []
     for (kind, _f), col in zip(plan, parts):
         if kind == "count":
             out.append(None)
@@ -139,7 +139,9 @@ def _consistent_with_r3(td: int, plan: Plan, kw: KeyWindows, nts: np.ndarray) ->
     hi_read = int(nts.max()) + 1
     c = kw.cols
     sel = (c.starts >= lo_read) & (c.starts <= hi_read)
-    T = kw.raw.ts  # type: ignore[union-attr]
+    raw = kw.raw
+    assert raw is not None  # columnize (run on every key of the batch first) set it
+    T = raw.ts
     r3 = _r3_starts(np.unique(T), td) if len(T) else np.zeros(0, _I64)
     r3 = r3[(r3 >= lo_read) & (r3 <= hi_read)]
     if not np.array_equal(c.starts[sel], r3):
@@ -148,7 +150,7 @@ def _consistent_with_r3(td: int, plan: Plan, kw: KeyWindows, nts: np.ndarray) ->
     hi = np.searchsorted(T, r3 + td, "right")
     if not (np.array_equal(c.counts[sel], hi - lo) and np.array_equal(c.ts[sel], T[hi - 1])):
         return False
-    for stored, want in zip(c.parts, _aggregate(plan, kw.raw.cols, lo, hi)):
+    for stored, want in zip(c.parts, _aggregate(plan, raw.cols, lo, hi)):
         if stored is not None and not np.array_equal(stored[sel], want):
             return False
     return True
@@ -537,7 +539,7 @@ def process_columns(
     ids = KeyIds()  # keys -> ids in order of first appearance, in one pass
     all_id = np.fromiter(map(ids.__getitem__, keys), _I64, n)
     null_key = all_id == ids[None] if None in ids else np.zeros(n, bool)
-    null_value = np.zeros(n, bool) if varr is None else np.equal(varr, None)
+    null_value = np.zeros(n, bool) if varr is None else np.equal(varr, None)  # type: ignore[call-overload]  # stubs: None is a valid object-dtype operand
     ts, bad_ts = _timestamps(timestamps)
     if td >= _MAX_TS or (ts >= _MAX_TS).any():  # the k * 2**42 + ts axis needs ts + td < 2**42
         return fallback()
@@ -567,11 +569,12 @@ def process_columns(
     if len(batch_keys) >= _MAX_KEYS or n >= _MAX_RECORDS:
         return fallback()
 
-    parts_new = []
+    parts_new: list[np.ndarray | None] = []
     for kind, field in plan:
         if kind == "count":
             parts_new.append(None)
             continue
+        col: np.ndarray | None
         if fields is not None and field in fields:
             col = np.asarray(fields[field])[acc_idx]
             col = column(col.tolist(), kind) if col.dtype == object else col
@@ -646,11 +649,12 @@ def process_columns(
     stats.dropped_invalid_timestamp += int(counts_by[3])
     stats.dropped_late += int(counts_by[4])
     if state.collect_drops:
-        reasons = (None, DropReason.NULL_KEY, DropReason.NULL_VALUE, DropReason.INVALID_TIMESTAMP, DropReason.LATE)
+        reasons = (DropReason.NULL_KEY, DropReason.NULL_VALUE, DropReason.INVALID_TIMESTAMP, DropReason.LATE)
         dropped_values = record_values()
-        for i in np.flatnonzero(reason_of).tolist():  # arrival order, like the record path
+        dropped = np.flatnonzero(reason_of)
+        for i, r in zip(dropped.tolist(), (reason_of[dropped] - 1).tolist()):  # arrival order, like the record path
             # invalid records do not advance stream time, so st_run[i] is the stream time at the drop
-            drop(state, keys[i], dropped_values[i], timestamps[i], reasons[reason_of[i]], int(st_run[i]))
+            drop(state, keys[i], dropped_values[i], timestamps[i], reasons[r], int(st_run[i]))
     stats.accepted += len(acc_idx)
     if res is None:
         return True

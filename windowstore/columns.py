@@ -95,6 +95,7 @@ class Cols:
         if name not in ("starts", "ts", "counts", "parts"):
             raise AttributeError(name)
         m = self.matrix
+        assert m is not None  # the column slots are unset only on a Cols made by :meth:`of`, which sets it
         self.starts, self.ts, self.counts = m[0], m[1], m[2]
         self.parts = rows_of(m, 3, self.kinds)
         return getattr(self, name)
@@ -160,7 +161,7 @@ def set_raw(kw: KeyWindows, m: np.ndarray, kinds: tuple[str | None, ...]) -> Non
 
 # ------------------------------------------------------------------------------------------- representation
 def accumulators(plan: Plan, composite: bool, counts: list[int], parts: list[Any]) -> list[Any]:
-    cols = []
+    cols: list[list[Any]] = []
     for (kind, _f), p in zip(plan, parts):
         if kind == "count":
             cols.append(counts)
@@ -250,7 +251,7 @@ def columnize(kw: KeyWindows, plan: Plan, composite: bool) -> bool:
     if raw is None:
         set_raw(kw, np.zeros((1 + sum(kind != "count" for kind, _f in plan), 0), _I64), kw.cols.kinds)
     elif isinstance(raw.ts, list):
-        cols = []
+        cols: list[np.ndarray | None] = []
         for (kind, _f), col in zip(plan, raw.cols):
             if col is None:
                 cols.append(None)
@@ -299,7 +300,7 @@ class ColumnCodec:
     trim = staticmethod(trim)
 
 
-class KeyIds(dict):  # type: ignore[type-arg]
+class KeyIds(dict[Hashable, int]):
     """``ids[key]``: the key's id, a new one (0, 1, ...) for a key not seen yet."""
 
     def __missing__(self, key: Hashable) -> int:
