@@ -18,14 +18,14 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-test: venv prometheus
+test: venv prometheus lint
 	$(PY) -m pytest -q -m "not docker"
 	$(MAKE) test-image
 
 test-unit: venv
 	$(PY) -m pytest -q tests/windowstore
 
-# Static checks as configured in pyproject.toml (ruff lint + format check, mypy). Not yet part of `make test`.
+# Static checks as configured in pyproject.toml (ruff lint + format check, mypy); `make test` runs them first.
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

@@ -19,9 +19,26 @@ import sys
 import zipfile
 from pathlib import Path
 
-UNUSED_JARS = ("spark-mllib", "breeze", "spire", "cats-kernel", "arpack", "blas", "lapack", "jtransforms",
-               "hive-", "spark-hive", "derby", "datanucleus", "kubernetes-", "spark-kubernetes", "spark-connect_",
-               "jpam", "libthrift", "libfb303")
+UNUSED_JARS = (
+    "spark-mllib",
+    "breeze",
+    "spire",
+    "cats-kernel",
+    "arpack",
+    "blas",
+    "lapack",
+    "jtransforms",
+    "hive-",
+    "spark-hive",
+    "derby",
+    "datanucleus",
+    "kubernetes-",
+    "spark-kubernetes",
+    "spark-connect_",
+    "jpam",
+    "libthrift",
+    "libfb303",
+)
 ROCKSDB_NATIVE = {"x86_64": "librocksdbjni-linux64.so", "aarch64": "librocksdbjni-linux-aarch64.so"}
 
 

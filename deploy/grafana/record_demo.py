@@ -12,7 +12,6 @@ dashboard panel from Prometheus' API (render.py) into ``--out``. Everything runs
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import socket
 import subprocess
@@ -40,10 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=HERE / "dashboard.png")
     a = ap.parse_args(argv)
 
-    from connectors.admin import TopicSpec, ensure_topics
-    from devtools.local_broker import LocalKafkaBroker
     from render import render
+
+    from connectors.admin import TopicSpec, ensure_topics
     from devtools import demo
+    from devtools.local_broker import LocalKafkaBroker
 
     tmp = Path(tempfile.mkdtemp(prefix="record-demo-"))
     broker = LocalKafkaBroker(free_port(), data_dir=tmp / "kafka")
@@ -57,19 +57,63 @@ def main(argv: list[str] | None = None) -> int:
         (tmp / "prometheus.yml").write_text(
             "global: {scrape_interval: 5s, evaluation_interval: 5s}\n"
             f"rule_files: ['{ROOT / 'deploy/prometheus/alerts.yml'}']\n"
-            f"scrape_configs: [{{job_name: slidingwindow, static_configs: [{{targets: ['127.0.0.1:{mport}']}}]}}]\n")
-        procs.append(subprocess.Popen(
-            ["prometheus", f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{pport}", "--log.level=warn"],
-            stdout=open(tmp / "prometheus.log", "ab"), stderr=subprocess.STDOUT))
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "service", "run", "--bootstrap-servers", bootstrap, "--input-topics", demo.TOPIC,
-             "--changelog-topic", demo.OUT, "--late-topic", demo.LATE, "--dead-letter-topic", demo.DLQ,
-             "--changelog-format", "json", "--changelog-key-format", "json",
-             "--aggregations", "count,sum:amount,max:amount", "--time-difference", f"{demo.TD_MS}ms",
-             "--grace", f"{demo.GRACE_MS}ms", "--trigger-interval", "2s", "--checkpoint-dir", str(tmp / "ck"),
-             "--state-partitions", "2", "--metrics-port", str(mport)],
-            cwd=ROOT, stdout=open(tmp / "service.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True))
+            f"scrape_configs: [{{job_name: slidingwindow, static_configs: [{{targets: ['127.0.0.1:{mport}']}}]}}]\n"
+        )
+        procs.append(
+            subprocess.Popen(
+                [
+                    "prometheus",
+                    f"--config.file={tmp / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={tmp / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{pport}",
+                    "--log.level=warn",
+                ],
+                stdout=open(tmp / "prometheus.log", "ab"),  # noqa: SIM115 - held open for the child's lifetime
+                stderr=subprocess.STDOUT,
+            )
+        )
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "service",
+                    "run",
+                    "--bootstrap-servers",
+                    bootstrap,
+                    "--input-topics",
+                    demo.TOPIC,
+                    "--changelog-topic",
+                    demo.OUT,
+                    "--late-topic",
+                    demo.LATE,
+                    "--dead-letter-topic",
+                    demo.DLQ,
+                    "--changelog-format",
+                    "json",
+                    "--changelog-key-format",
+                    "json",
+                    "--aggregations",
+                    "count,sum:amount,max:amount",
+                    "--time-difference",
+                    f"{demo.TD_MS}ms",
+                    "--grace",
+                    f"{demo.GRACE_MS}ms",
+                    "--trigger-interval",
+                    "2s",
+                    "--checkpoint-dir",
+                    str(tmp / "ck"),
+                    "--state-partitions",
+                    "2",
+                    "--metrics-port",
+                    str(mport),
+                ],
+                cwd=ROOT,
+                stdout=open(tmp / "service.log", "ab"),  # noqa: SIM115 - held open for the child's lifetime
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
         start = time.time()
         producers.append(demo.Producer(bootstrap, a.rate, 50))
         producers[0].start()

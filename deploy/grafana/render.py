@@ -34,15 +34,17 @@ def legend(fmt: str, labels: dict[str, str]) -> str:
     return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), fmt) or json.dumps(labels)
 
 
-def render(prometheus: str, start: float, end: float, out: Path, dashboard: Path = DASHBOARD,
-           step: float | None = None) -> dict[str, int]:
+def render(
+    prometheus: str, start: float, end: float, out: Path, dashboard: Path = DASHBOARD, step: float | None = None
+) -> dict[str, int]:
     """Draw every panel; returns {panel title: number of series drawn}."""
     import matplotlib
 
     matplotlib.use("Agg")
+    from datetime import datetime, timezone
+
     import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
-    from datetime import datetime, timezone
 
     dash = json.loads(dashboard.read_text())
     panels = sorted(dash["panels"], key=lambda p: (p["gridPos"]["y"], p["gridPos"]["x"]))
@@ -51,7 +53,7 @@ def render(prometheus: str, start: float, end: float, out: Path, dashboard: Path
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(14, 3.2 * rows), squeeze=False)
     drawn: dict[str, int] = {}
-    for ax, panel in zip(axes.flat, panels):
+    for ax, panel in zip(axes.flat, panels, strict=False):  # the grid may have one cell more than panels
         n = 0
         for t in panel["targets"]:
             for s in query_range(prometheus, t["expr"], start, end, step):
@@ -68,10 +70,13 @@ def render(prometheus: str, start: float, end: float, out: Path, dashboard: Path
         ax.grid(alpha=0.3)
         if n:
             ax.legend(fontsize=7, loc="upper left")
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
-    fig.suptitle(f"{dash['title']} - {datetime.fromtimestamp(start, tz=timezone.utc):%Y-%m-%d %H:%M} to "
-                 f"{datetime.fromtimestamp(end, tz=timezone.utc):%H:%M} UTC", fontsize=12)
+    fig.suptitle(
+        f"{dash['title']} - {datetime.fromtimestamp(start, tz=timezone.utc):%Y-%m-%d %H:%M} to "
+        f"{datetime.fromtimestamp(end, tz=timezone.utc):%H:%M} UTC",
+        fontsize=12,
+    )
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=90)

@@ -46,8 +46,14 @@ def image_problem(image: str = IMAGE) -> str | None:
 class Container:
     """``docker run -d --network host`` of ``image``; removed by :meth:`remove`."""
 
-    def __init__(self, name: str, env: Mapping[str, str], volumes: Sequence[str] = (), image: str = IMAGE,
-                 args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        name: str,
+        env: Mapping[str, str],
+        volumes: Sequence[str] = (),
+        image: str = IMAGE,
+        args: Sequence[str] = (),
+    ) -> None:
         self.name, self.env, self.volumes, self.image, self.args = name, dict(env), list(volumes), image, list(args)
         self.started_at = 0.0
 

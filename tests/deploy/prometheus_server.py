@@ -41,13 +41,22 @@ class PrometheusServer:
         self.config = self.dir / "prometheus.yml"
         self.config.write_text(yaml.safe_dump(cfg))
 
-    def start(self, timeout: float = 60) -> "PrometheusServer":
+    def start(self, timeout: float = 60) -> PrometheusServer:
         exe = shutil.which("prometheus")
         assert exe, "prometheus not installed (make test installs it)"
-        log = open(self.dir / "prometheus.log", "ab")
-        self.proc = subprocess.Popen([exe, f"--config.file={self.config}", f"--storage.tsdb.path={self.dir / 'data'}",
-                                      f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
-                                      "--web.enable-lifecycle"], stdout=log, stderr=subprocess.STDOUT)
+        log = open(self.dir / "prometheus.log", "ab")  # noqa: SIM115 - the child keeps its own copy; closed below
+        self.proc = subprocess.Popen(
+            [
+                exe,
+                f"--config.file={self.config}",
+                f"--storage.tsdb.path={self.dir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+                "--web.enable-lifecycle",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -33,5 +33,6 @@ def prometheus_installed() -> None:
 def promtool(*args: str, cwd: Path = PROM_DIR, input: bytes | None = None) -> subprocess.CompletedProcess[str]:
     ensure_prometheus()
     r = subprocess.run(["promtool", *args], cwd=cwd, input=input, capture_output=True, timeout=120)
-    return subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode(errors="replace"),
-                                       r.stderr.decode(errors="replace"))
+    return subprocess.CompletedProcess(
+        r.args, r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+    )

