@@ -37,6 +37,7 @@ __all__ = [
     "producer_for",
     "close_producers",
     "check_producer_config",
+    "produce_rows",
 ]
 
 logger = logging.getLogger(__name__)
@@ -168,18 +169,7 @@ class OutputProducer:
         mine[0] += len(topics)
         if not len(topics):
             return
-        p = self._single()
-        produce = p.produce
-        for topic, key, value, hdrs in zip(topics, keys, values, headers):
-            while True:
-                try:
-                    if hdrs is None:
-                        produce(topic, value, key)
-                    else:
-                        produce(topic, value, key, headers=hdrs)
-                    break
-                except BufferError:  # the local queue is full: let librdkafka send some first
-                    p.poll(0.05)
+        produce_rows(self._single(), topics, keys, values, headers)
 
     def send_rows(self, topic: str, keys: Sequence[bytes | None], values: Sequence[bytes | None]) -> None:
         """Like :meth:`send` for rows that all go to ``topic`` without headers: a block at a time through
@@ -245,6 +235,28 @@ class OutputProducer:
 
 
 _PRODUCERS: dict[tuple[int, tuple[tuple[str, str], ...], bool], OutputProducer] = {}
+
+
+def produce_rows(
+    producer: Any,
+    topics: Sequence[str],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    headers: Sequence[Sequence[tuple[str, bytes]] | None],
+) -> None:
+    """Hand the rows (in order) to a confluent-kafka ``producer``, one ``produce`` call each; when its local queue
+    is full, let librdkafka send some first (``poll``) and try the row again."""
+    produce = producer.produce
+    for topic, key, value, hdrs in zip(topics, keys, values, headers, strict=True):
+        while True:
+            try:
+                if hdrs is None:
+                    produce(topic, value, key)
+                else:
+                    produce(topic, value, key, headers=hdrs)
+                break
+            except BufferError:
+                producer.poll(0.05)
 
 
 def producer_for(config: Mapping[str, str], batches: bool = True) -> OutputProducer:

@@ -39,6 +39,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from connectors.producer import produce_rows
+
 __all__ = [
     "TRANSACTION_TIMEOUT_MS",
     "GroupCommitter",
@@ -215,17 +217,7 @@ class TaskProducer:
         if self._batches:
             p.send_with_headers(topics, keys, values, headers)
             return
-        produce = p.produce
-        for topic, key, value, hdrs in zip(topics, keys, values, headers, strict=True):
-            while True:
-                try:
-                    if hdrs is None:
-                        produce(topic, value, key)
-                    else:
-                        produce(topic, value, key, headers=hdrs)
-                    break
-                except BufferError:
-                    p.poll(0.05)
+        produce_rows(p, topics, keys, values, headers)
 
     def send_rows(self, topic: str, keys: Sequence[bytes | None], values: Sequence[bytes | None]) -> None:
         n = len(values)
