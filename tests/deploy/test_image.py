@@ -99,6 +99,22 @@ def test_image_holds_no_maven_build_tools_or_test_packages(image):
     )
     lines = r.stdout.splitlines()
     assert "openjdk" in lines[0] and int(lines[1]) > 0 and lines[2][0].isdigit(), r.stdout
+    # the product is the installed wheel: its packages come from site-packages, no source tree is in the image
+    r = docker(
+        "run",
+        "--rm",
+        "--network",
+        "host",
+        "--entrypoint",
+        "sh",
+        image,
+        "-c",
+        "python -c 'import service, windowstore, connectors; print(service.__file__)'; "
+        "slidingwindow --help >/dev/null && echo COMMAND:ok; ls -d /app 2>/dev/null && echo FOUND:app",
+    )
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("/opt/venv/lib/") and "site-packages" in lines[0], r.stdout
+    assert "COMMAND:ok" in lines and "FOUND:app" not in lines, r.stdout
 
 
 def test_root_owned_checkpoint_bind_mount_stops_with_one_clear_line(image, name, tmp_path):
