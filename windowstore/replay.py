@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TextIO
 
 from .aggregations import BUILTINS, Aggregation, parse_aggregations
@@ -101,20 +101,7 @@ def replay_records(
     if flush_every is not None and flush_every < 1:
         raise ConfigError(f"flush_every must be at least 1, got {flush_every}")
     proc = SlidingWindowProcessor(windows, agg, mode)
-    out: list[dict[str, Any]] = []
-    n = 0
-    for rec in records:
-        n += 1
-        for u in proc.process(_hashable_key(rec["key"]), rec["value"], rec["ts"]):
-            out.append(update_to_json(u))
-        if mode is EmitMode.UPDATE and flush_every and n % flush_every == 0:
-            out.extend(update_to_json(u) for u in proc.flush())
-    out.extend(update_to_json(u) for u in proc.flush())
-    summary: dict[str, Any] = {"records": n, "dropped_records": proc.stats.dropped_late}
-    summary.update(proc.stats.as_dict())
-    summary["windows"] = len(proc.store)
-    summary["observed_stream_time"] = proc.observed_stream_time
-    return out, summary
+    return _drive(proc, records, mode, flush_every, held=lambda: len(proc.store))
 
 
 def replay_family_records(
@@ -151,6 +138,19 @@ def replay_family_records(
         )
     else:
         raise ConfigError(f"window must be one of {', '.join(WINDOW_TYPES[1:])} here, got {window!r}")
+    return _drive(proc, records, mode, flush_every, held=proc.__len__)
+
+
+def _drive(
+    proc: Any,
+    records: Iterable[dict[str, Any]],
+    mode: EmitMode,
+    flush_every: int | None,
+    held: Callable[[], int],
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Feed ``records`` to any window processor in arrival order (update mode: a flush every ``flush_every``
+    records, and one at the end); returns the updates as JSON-ready dicts and the summary (``held``: how many
+    windows the processor holds at the end)."""
     out: list[dict[str, Any]] = []
     n = 0
     for rec in records:
@@ -162,7 +162,7 @@ def replay_family_records(
     out.extend(update_to_json(u) for u in proc.flush())
     summary: dict[str, Any] = {"records": n, "dropped_records": proc.stats.dropped_late}
     summary.update(proc.stats.as_dict())
-    summary["windows"] = len(proc)
+    summary["windows"] = held()
     summary["observed_stream_time"] = proc.observed_stream_time
     return out, summary
 
