@@ -7,6 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.windowstore.batch_paths import run_batches
 from windowstore.aggregations import Sum, parse_aggregations
 from windowstore.session_windows import SessionWindowProcessor, SessionWindows
 from windowstore.session_windows_batch import process_batch
@@ -26,30 +27,8 @@ def _records(max_ts: int) -> Any:
     )
 
 
-def _wrap(agg: str, v: Any) -> Any:
-    return {"x": v} if ":" in agg else v
-
-
 def _run(proc: SessionWindowProcessor, batches: list, agg: str, batch_path: bool, flush_every: list[bool]) -> list:
-    out: list = []
-    for recs, flush in zip(batches, flush_every, strict=False):
-        keys = [k for k, _v, _t in recs]
-        values = [_wrap(agg, v) for _k, v, _t in recs]
-        ts = [t for _k, _v, t in recs]
-        try:
-            if batch_path:
-                out += process_batch(proc, keys, ts, values)
-            else:
-                got: list = []
-                for k, v, t in zip(keys, values, ts, strict=True):
-                    got += proc.process(k, v, t)
-                out += got
-        except TypeError as e:  # a value the aggregation cannot take: raised at the same record on both paths
-            out.append(("error", type(e).__name__))  # (the batch's output is lost with it, on both paths)
-        if flush:
-            out += proc.flush()
-    out += proc.flush()
-    return out
+    return run_batches(proc, process_batch, batches, agg, batch_path, flush_every)
 
 
 def _state(proc: SessionWindowProcessor) -> tuple:

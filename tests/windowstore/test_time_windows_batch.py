@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.windowstore.batch_paths import run_batches
 from windowstore.aggregations import parse_aggregations
 from windowstore.time_windows import TimeWindowProcessor, TimeWindows
 from windowstore.time_windows_batch import batch_kinds, process_batch
@@ -24,30 +23,8 @@ record = st.tuples(
 batches = st.lists(st.lists(record, max_size=25), min_size=1, max_size=4)
 
 
-def _wrap(agg: str, v: Any) -> Any:
-    return {"x": v} if ":" in agg else v
-
-
 def _run(proc: TimeWindowProcessor, batches: list, agg: str, batch_path: bool, flush_every: list[bool]) -> list:
-    out: list = []
-    for recs, flush in zip(batches, flush_every, strict=False):
-        keys = [k for k, _v, _t in recs]
-        values = [_wrap(agg, v) for _k, v, _t in recs]
-        ts = [t for _k, _v, t in recs]
-        try:
-            if batch_path:
-                out += process_batch(proc, keys, ts, values)
-            else:
-                got: list = []
-                for k, v, t in zip(keys, values, ts, strict=True):
-                    got += proc.process(k, v, t)
-                out += got
-        except TypeError as e:  # a value the aggregation cannot take: raised at the same record on both paths
-            out.append(("error", type(e).__name__))  # (the batch's output is lost with it, on both paths)
-        if flush:
-            out += proc.flush()
-    out += proc.flush()
-    return out
+    return run_batches(proc, process_batch, batches, agg, batch_path, flush_every)
 
 
 def _state(proc: TimeWindowProcessor) -> tuple:
