@@ -189,7 +189,9 @@ def test_dockerfile_bakes_the_connector_jars_and_runs_the_service():
     assert "openjdk-17-jdk-headless maven" in text and "openjdk-17-jre-headless" in text
     assert "python -m connectors.jars spark-kafka" in text  # at build time (a RUN line)
     assert re.search(r"^RUN .*connectors\.jars spark-kafka", DOCKERFILE.replace("\\\n", " "), re.M)
-    assert "pip install" in text and ".[service]" in text
+    # the product goes in as its own wheel with the service extra (no editable checkout of the source tree)
+    assert "pip wheel" in text and re.search(r"pip install .*slidingwindow-\*\.whl\)\[service\]", text)
+    assert "pip install -e" not in text
     assert 'ENTRYPOINT ["tini", "--", "python", "-m", "service", "run"]' in text
     # every COPY source exists; the jar cache the build filled is the runtime's
     for ln in lines:
