@@ -107,3 +107,51 @@ def test_null_value_with_numeric_aggregation_names_the_line() -> None:
     assert code == 2 and "line 2" in err and "null value" in err
     code, out, _ = replay(recs, "--window", "session", "--gap-ms", "5", "--aggregation", "count", "--emit", "every")
     assert code == 0 and out[-1]["value"] == 2  # null values are aggregated (S11)
+
+
+README_RECS = [{"key": "A", "value": v, "ts": t} for v, t in ((1, 8000), (2, 9200), (3, 12400))]
+
+
+@pytest.mark.parametrize(
+    ("recs", "args", "windows"),
+    [
+        (
+            README_RECS,
+            ("--window", "tumbling", "--size-ms", "5000", "--emit", "update"),
+            [(5000, 10000, [1, 2]), (10000, 15000, [3])],
+        ),
+        (
+            README_RECS,
+            ("--window", "hopping", "--size-ms", "5000", "--advance-ms", "2000", "--emit", "update"),
+            [
+                (4000, 9000, [1]),
+                (6000, 11000, [1, 2]),
+                (8000, 13000, [1, 2, 3]),
+                (10000, 15000, [3]),
+                (12000, 17000, [3]),
+            ],
+        ),
+        (
+            [README_RECS[0], README_RECS[2] | {"value": 2}, README_RECS[1] | {"value": 3, "ts": 10300}],
+            ("--window", "session", "--gap-ms", "2500", "--grace-ms", "5000", "--emit", "every"),
+            [
+                (8000, 8000, [1]),
+                (12400, 12400, [2]),
+                (8000, 8000, None),
+                (12400, 12400, None),
+                (8000, 12400, [1, 2, 3]),
+            ],
+        ),
+        (  # the README's remark: with grace 0 the first session is past retention, 10300 does not bridge
+            [README_RECS[0], README_RECS[2] | {"value": 2}, README_RECS[1] | {"value": 3, "ts": 10300}],
+            ("--window", "session", "--gap-ms", "2500", "--grace-ms", "0", "--emit", "every"),
+            [(8000, 8000, [1]), (12400, 12400, [2]), (12400, 12400, None), (10300, 12400, [2, 3])],
+        ),
+    ],
+    ids=["tumbling", "hopping", "session", "session-grace-0"],
+)
+def test_the_readme_examples(recs: list[dict], args: tuple[str, ...], windows: list[tuple]) -> None:
+    """README "The other window types": the timelines there are this output."""
+    code, out, err = replay(recs, *args, "--aggregation", "collect")
+    assert code == 0, err
+    assert [(u["window_start"], u["window_end"], u["value"]) for u in out] == windows
