@@ -1,7 +1,8 @@
-"""Kafka Streams ``SlidingWindows`` (KIP-450) semantics in plain Python.
+"""Kafka Streams' window semantics in plain Python: ``SlidingWindows`` (KIP-450), ``TimeWindows``, ``SessionWindows``.
 
-No Spark, Kafka or Prometheus here: a window store, window definitions, the sliding-window processor (one per
-task) and aggregations. Integer-millisecond timestamps throughout. See ``SlidingWindowProcessor``.
+No Spark, Kafka or Prometheus here: a window store, window definitions, one processor per task and window type,
+and aggregations. Integer-millisecond timestamps throughout. See ``SlidingWindowProcessor`` (docs/rules.md),
+``TimeWindowProcessor`` and ``SessionWindowProcessor`` (docs/rules-window-types.md).
 """
 
 from .aggregations import (
@@ -24,7 +25,9 @@ from .aggregations import (
     parse_aggregations,
 )
 from .processor import SlidingWindowProcessor
+from .session_windows import SessionWindowProcessor, SessionWindows, is_tombstone
 from .store import Visibility, WindowStore
+from .time_windows import TimeWindowProcessor, TimeWindows
 from .updates import DroppedRecord, DropReason, EmitMode, ProcessorStats, WindowUpdate
 from .windows import ConfigError, SlidingWindows
 
@@ -47,6 +50,11 @@ __all__ = [
     "parse_aggregation",
     "parse_aggregations",
     "SlidingWindowProcessor",
+    "SessionWindowProcessor",
+    "SessionWindows",
+    "is_tombstone",
+    "TimeWindowProcessor",
+    "TimeWindows",
     "Visibility",
     "WindowStore",
     "DropReason",
