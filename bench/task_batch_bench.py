@@ -5,7 +5,7 @@
 The shape of ``bench/service_bench.py``'s windows-full pass, for one of its four tasks: 2,500 keys, 12,500
 JSON records per micro-batch (2,000 records per second of event time, 5% out of order by up to the grace), 60 s
 windows, 10 s grace, ``count,sum:amount,max:amount``, Avro changelog. It fills the windows (14 batches, 87.5 s of
-event time), then runs ``--batches`` more through ``service.processing.process_task_batch`` against in-memory
+event time), then runs ``--batches`` more through ``service.worker.run.process_task_batch`` against in-memory
 state (decode, window engine, changelog encoding, log entry or snapshot; no producer) and prints the CPU
 milliseconds per batch: all of it, and the window engine's part (``SlidingWindowProcessor.process_columns``).
 
@@ -36,7 +36,14 @@ def measure(fill: int, batches: int) -> dict[str, float]:
     """Runs in the tree on ``sys.path[0]``: CPU ms per batch (all, engine) and changelog rows per batch."""
     from connectors.output import ChangelogSpec
     from connectors.serde import InputSpec, aggregation_fields
-    from service.processing import DictTaskState, TaskConfig, TaskRunner, process_task_batch
+
+    try:
+        from service.task.config import TaskConfig
+        from service.task.runner import TaskRunner
+        from service.task.state import DictTaskState
+        from service.worker.run import process_task_batch
+    except ImportError:  # a tree from before the split of service/ (issue 30), for --against
+        from service.processing import DictTaskState, TaskConfig, TaskRunner, process_task_batch  # type: ignore
     from windowstore import SlidingWindowProcessor
 
     cfg = TaskConfig(

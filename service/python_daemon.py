@@ -43,7 +43,7 @@ class BetweenTasks:
     young generations, then freezes what survived (``gc.freeze()``); every :attr:`FULL_EVERY`-th call it
     unfreezes and runs the full collection pyspark runs every time. Everything else is the ``gc`` module's.
 
-    Why: a worker holds its tasks' windows between batches (:mod:`service.processing`'s cache), tens of thousands of
+    Why: a worker holds its tasks' windows between batches (:mod:`service.worker.cache`), tens of thousands of
     objects per task, and a full collection walks all of them after every task (a large share of a task batch with the
     windows full; bench/RESULTS.md and its history), plus the collector's own full collections, which the batches'
     turnover of those objects keeps triggering. Frozen objects are skipped by every collection and still freed by

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from connectors.admin import AdminError, TopicSpec, ensure_topics, partition_counts
 from service import metrics
 from service.checkpoint_access import checkpoint_dir_problem
-from service.processing import TaskConfig
 from service.settings import Settings
+from service.task.config import TaskConfig
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQueryListener
@@ -258,7 +258,7 @@ def _listener(
 
 
 def _failure_line(text: str) -> str:
-    """The line of a query failure that says what happened: a task's :class:`~service.processing.
+    """The line of a query failure that says what happened: a task's :class:`~service.task.runner.
     ProcessingFailure` (partition and offset of the record) when there is one, else the first line."""
     lines = text.splitlines()
     for line in lines:

@@ -431,7 +431,7 @@ class Settings:
         _bool,
         "run each task's batches in the Python worker that holds its windows: a "
         "worker Spark hands another worker's task forwards the batch to it over a local socket "
-        "(Linux; needs state_cache; service.owners)",
+        "(Linux; needs state_cache; service.worker.owners)",
     )
     fast_input: bool = _s(
         True,
