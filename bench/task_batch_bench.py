@@ -11,7 +11,7 @@ milliseconds per batch: all of it, and the window engine's part (``SlidingWindow
 
 With ``--against REV`` the same runs are made in a temporary git worktree of that revision, alternating with
 this tree's, each in a fresh process, and the table gives both and their ratio (best round of each). With
-``--keep-memory`` this tree also runs after ``service.python_daemon.keep_memory()``, the memory policy Spark's
+``--keep-memory`` this tree also runs after ``service.spark.python_daemon.keep_memory()``, the memory policy Spark's
 Python workers get from the daemon before they fork (this process is not forked from it: without the flag it
 runs with the allocators' defaults).
 """
@@ -105,7 +105,7 @@ def measure(fill: int, batches: int) -> dict[str, float]:
 def run_in(tree: Path, fill: int, batches: int, keep_memory: bool = False) -> dict[str, float]:
     code = (
         f"import sys, json; sys.path.insert(0, {str(tree)!r}); sys.path.insert(1, {str(ROOT / 'bench')!r}); "
-        + ("from service.python_daemon import keep_memory; keep_memory(); " if keep_memory else "")
+        + ("from service.spark.python_daemon import keep_memory; keep_memory(); " if keep_memory else "")
         + f"import task_batch_bench as b; print(json.dumps(b.measure({fill}, {batches})))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=tree, check=True, capture_output=True, text=True)
@@ -121,7 +121,7 @@ def main() -> int:
     ap.add_argument(
         "--keep-memory",
         action="store_true",
-        help="also run this tree with the Python workers' memory policy (service.python_daemon)",
+        help="also run this tree with the Python workers' memory policy (service.spark.python_daemon)",
     )
     args = ap.parse_args()
     trees: dict[str, tuple[Path, bool]] = {"this tree": (ROOT, False)}

@@ -2,7 +2,7 @@
 
 Counts and histograms are computed in Spark's Python workers (per task and micro-batch, the ``stats`` array of
 the "stats" rows, see :data:`service.task.stats.STATS_FIELDS`) and reach the driver through the query's observed
-metrics (``observe("slidingwindow", ...)``, :mod:`service.job`); :func:`record_progress` turns one query progress
+metrics (``observe("slidingwindow", ...)``, :mod:`service.spark.job`); :func:`record_progress` turns one query progress
 into metric updates. Consumer lag comes from the progress' end offsets against the broker's end offsets
 (:class:`LagPoller`, confluent-kafka). Labels are low-cardinality only (topic, partition, reason, kind) - never a
 record key.

@@ -437,7 +437,7 @@ class Settings:
         True,
         _bool,
         "Python workers regroup the processor's input a key run at a time "
-        "(Spark starts them from service.python_daemon / service.python_worker; pyspark's own "
+        "(Spark starts them from service.spark.python_daemon / python_worker; pyspark's own "
         "path walks the input row by row); false: pyspark's daemon and worker unchanged",
     )
     app_name: str = _s("slidingwindow", _nonempty, "Spark application name", "NAME")

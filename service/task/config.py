@@ -36,7 +36,7 @@ class TaskConfig:
     # settings (repr=False: they may hold the SASL password, connectors.security)
     batch_produce: bool = True  # direct sink: changelog rows to librdkafka in blocks (connectors.rdkafka_batch)
     processing_exception_handler: str = "continue"  # continue | fail: see process_task_batch
-    processing_guarantee: str = "at_least_once"  # "exactly_once": one transaction per task batch (service.job)
+    processing_guarantee: str = "at_least_once"  # "exactly_once": one transaction per task batch (service.worker.run)
     application_id: str = ""  # the consumer group and transactional id prefix (exactly_once)
 
     @property

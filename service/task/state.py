@@ -34,7 +34,7 @@ __all__ = [
 
 
 class TaskState:
-    """Where a task's state lives between micro-batches (:mod:`service.job`: Spark's ValueState + MapState;
+    """Where a task's state lives between micro-batches (:mod:`service.spark.job`: Spark's ValueState + MapState;
     :class:`DictTaskState`: memory).
 
     * the **task record**: ``(meta, token, buckets)`` - the processor's task meta (``export_meta``), a token that

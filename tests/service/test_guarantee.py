@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from service.runner import processed_offsets
+from service.driver import processed_offsets
 from service.settings import Settings, SettingsError
 from service.task.stats import REPLAY_ZEROED, STATS_FIELDS
 

@@ -261,7 +261,7 @@ def test_task_batches_equal_windowstore_replay(emit, buckets, cache, fail_every,
     ],
 )
 def test_task_batches_make_no_reference_cycles(emit, batch_path, cache, fail_every, snapshot_every):
-    """service.python_daemon freezes what a worker holds after each task and collects it fully only every 100th
+    """service.spark.python_daemon freezes what a worker holds after each task and collects it fully only every 100th
     task: objects the tasks leave in reference cycles would wait that long. There are none."""
     events = payment_events(3000, seed=5)
     cfg = config(emit, batch=batch_path, cache=cache, snapshot_every=snapshot_every)
@@ -344,7 +344,7 @@ def test_state_calls_are_bounded_by_buckets():
 
 
 def test_checkpoint_balance_tasks_is_fixed_at_creation(tmp_path):
-    from service.job import LAYOUT_FILE, checkpoint_balance_tasks, checkpoint_state_partitions
+    from service.spark.job import LAYOUT_FILE, checkpoint_balance_tasks, checkpoint_state_partitions
 
     new = tmp_path / "new"
     assert checkpoint_balance_tasks(str(new), True) is True

@@ -32,19 +32,18 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from connectors.producer import PRODUCER_DEFAULTS, producer_config
+from connectors.producer import PRODUCER_DEFAULTS
+from service.spark import compat
 from service.task.config import TaskConfig
 from service.task.runner import TaskOutput
 from service.task.state import TaskState
 from service.task.stats import STATS_FIELDS
 from service.worker import owners
 from service.worker.run import run_batch
-from service.worker.spool import spool_id
 
 if TYPE_CHECKING:  # pyspark and pandas are imported where they run, so that this module loads without them
     import pandas as pd
@@ -55,7 +54,6 @@ if TYPE_CHECKING:  # pyspark and pandas are imported where they run, so that thi
 __all__ = [
     "OUTPUT_SCHEMA",
     "WindowTaskProcessor",
-    "task_config",
     "build_spark",
     "checkpoint_file_conf",
     "python_worker_conf",
@@ -86,42 +84,6 @@ OBSERVATION = "slidingwindow"
 #: producer settings of Spark's Kafka sink: the direct producer's defaults (:data:`PRODUCER_DEFAULTS`) with the
 #: ``kafka.`` prefix; any of them can be overridden with the ``kafka_options`` setting
 SINK_PRODUCER_DEFAULTS = {f"kafka.{k}": v for k, v in PRODUCER_DEFAULTS.items()}
-
-
-def task_config(settings: Any, key_schema_id: int | None = None, value_schema_id: int | None = None) -> TaskConfig:
-    from connectors.output import ChangelogSpec
-    from connectors.serde import InputSpec
-
-    return TaskConfig(
-        time_difference_ms=settings.time_difference_ms,
-        grace_ms=settings.grace_ms,
-        aggregations=settings.aggregations,
-        emit=settings.emit,
-        input=InputSpec.from_settings(settings),
-        changelog=ChangelogSpec(
-            key_format=settings.changelog_key_format,
-            value_format=settings.changelog_format,
-            aggregations=settings.aggregations,
-            key_schema_id=key_schema_id,
-            value_schema_id=value_schema_id,
-        ),
-        changelog_topic=settings.changelog_topic,
-        late_topic=settings.late_topic,
-        dead_letter_topic=settings.dead_letter_topic,
-        state_buckets=settings.state_buckets,
-        state_cache=settings.state_cache,
-        state_snapshot_every=settings.state_snapshot_every,
-        log_spool=spool_id(settings.checkpoint_dir) if settings.state_log_share and settings.state_cache else "",
-        owners=secrets.token_hex(16) if settings.task_owners and settings.state_cache else "",
-        sink=settings.sink,
-        batch_produce=settings.batch_produce,
-        processing_exception_handler=settings.processing_exception_handler,
-        producer=tuple(sorted(producer_config(settings.bootstrap_servers, settings.rdkafka_options()).items()))
-        if settings.sink == "direct"
-        else (),
-        processing_guarantee=settings.processing_guarantee,
-        application_id=settings.app_name,
-    )
 
 
 # ------------------------------------------------------------------------------------------------ the processor
@@ -307,21 +269,22 @@ def checkpoint_file_conf(checkpoint_dir: str) -> dict[str, str]:
 #: the Python daemon and worker modules of ``fast_input`` (pyspark's daemon imports a worker module of its own
 #: only when the name starts with "pyspark", so the daemon is ours too)
 PYTHON_WORKER_MODULES = {
-    "spark.python.daemon.module": "service.python_daemon",
-    "spark.python.worker.module": "service.python_worker",
+    "spark.python.daemon.module": "service.spark.python_daemon",
+    "spark.python.worker.module": "service.spark.python_worker",
 }
 
 
 def python_worker_conf(fast_input: bool) -> dict[str, str]:
-    """The Python daemon and worker modules: :mod:`service.python_daemon` and :mod:`service.python_worker`
-    (pyspark's, with the processor's input regrouped a key run at a time) when ``fast_input`` is on, else
-    pyspark's own. ``spark_conf`` overrides them."""
-    return dict(PYTHON_WORKER_MODULES) if fast_input else {}
+    """The Python daemon and worker modules: :mod:`.python_daemon` and :mod:`.python_worker` (pyspark's, with
+    the processor's input regrouped a key run at a time) when ``fast_input`` is on and the installed pyspark is
+    one they were written for (:func:`.compat.patches_apply`; else one ERROR), else pyspark's own. ``spark_conf``
+    overrides them."""
+    return dict(PYTHON_WORKER_MODULES) if fast_input and compat.patches_apply() else {}
 
 
 def _quiet_spark_logging() -> None:
     """Point the driver JVM at the project's log4j2 config (WARN, without the per-miss state-server WARN)."""
-    cfg = os.path.join(os.path.dirname(__file__), "log4j2.properties")
+    cfg = os.path.join(os.path.dirname(os.path.dirname(__file__)), "log4j2.properties")  # service/
     if os.path.exists(cfg) and "PYSPARK_SUBMIT_ARGS" not in os.environ:
         os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-java-options -Dlog4j2.configurationFile=file:{cfg} pyspark-shell"
 
