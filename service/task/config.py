@@ -35,7 +35,7 @@ class TaskConfig:
     producer: tuple[tuple[str, Any], ...] = field(default=(), repr=False)  # the direct producer's librdkafka
     # settings (repr=False: they may hold the SASL password, connectors.security)
     batch_produce: bool = True  # direct sink: changelog rows to librdkafka in blocks (connectors.rdkafka_batch)
-    processing_exception_handler: str = "continue"  # continue | fail: see process_task_batch
+    processing_exception_handler: str = "continue"  # continue | fail: see runner.run_isolating
     processing_guarantee: str = "at_least_once"  # "exactly_once": one transaction per task batch (service.worker.run)
     application_id: str = ""  # the consumer group and transactional id prefix (exactly_once)
 
@@ -45,7 +45,8 @@ class TaskConfig:
 
     @property
     def value_fields(self) -> tuple[str, ...]:
-        """The value fields the aggregations read (all a log entry keeps of a value: :func:`encode_log`)."""
+        """The value fields the aggregations read (all a log entry keeps of a value:
+        :func:`~service.task.state.encode_log`)."""
         return tuple(f for f, _numeric in self.input.fields)
 
     def processor_options(self) -> dict[str, Any]:

@@ -269,8 +269,8 @@ class TaskRunner:
 
     def replay(self, proc: SlidingWindowProcessor, good: Decoded) -> None:
         """Bring ``proc`` through a committed batch again (its :attr:`TaskOutput.decoded` records): the same
-        calls as :meth:`run` followed by the expiry of :func:`process_task_batch`, output discarded. The
-        processor is deterministic, so the state afterwards is the state that batch committed."""
+        calls as :meth:`run` followed by the expiry of :func:`~service.task.batch.process_task_batch`, output
+        discarded. The processor is deterministic, so the state afterwards is the state that batch committed."""
         self._apply(proc, good)
         proc.take_drops()
         proc.expire()

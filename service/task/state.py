@@ -46,9 +46,9 @@ class TaskState:
       written every ``state_snapshot_every``-th batch; each batch in between writes only its decoded input
       records as the next log entry (kilobytes, where a snapshot rewrites every window of every key touched -
       megabytes per task at 10,000 keys). The committed state is the snapshot followed by its log, replayed
-      through the processor (:meth:`TaskRunner.replay`). A snapshot batch also logs its records, as the last
-      entry of the generation it closes, and deletes the generation before that one: a worker whose processor
-      is from before the latest snapshot can still catch up from the log.
+      through the processor (:meth:`~service.task.runner.TaskRunner.replay`). A snapshot batch also logs its
+      records, as the last entry of the generation it closes, and deletes the generation before that one: a
+      worker whose processor is from before the latest snapshot can still catch up from the log.
 
     The token (:class:`Token`) names the snapshot, how many log entries follow it, the last write, and the
     previous generation (its snapshot and entries); each log entry holds the token it was applied to, so a

@@ -123,7 +123,7 @@ def run_slice(runner, state, partition, events, lo, hi, cache=None, process=None
 
 
 @pytest.fixture(autouse=True)
-def _worker_cache_put_back():
+def _new_worker_cache():
     """Tests switch Python workers by setting ``_worker`` (:func:`run_slice`); each test starts on a new one."""
     _worker[0] = WorkerCache()
 
