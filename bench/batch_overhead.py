@@ -74,9 +74,9 @@ def main() -> int:
 
     from connectors.admin import TopicSpec, ensure_topics
     from devtools.local_broker import LocalKafkaBroker
-    from service.job import build_spark, start_query
-    from service.runner import prepare
+    from service.driver import prepare
     from service.settings import Settings
+    from service.spark.job import build_spark, start_query
 
     work = Path(tempfile.mkdtemp(prefix="sw-overhead-"))
     broker = LocalKafkaBroker(0, data_dir=work / "kafka")

@@ -1,10 +1,11 @@
-"""pyspark's worker vs service.python_worker on the processor's input path, in Spark, side by side.
+"""pyspark's worker vs the service's (service.spark.python_worker, "service.python_worker" in the table) on the
+processor's input path, in Spark, side by side.
 
     .venv/bin/python bench/python_worker_bench.py [--rows 400000] [--rounds 2]
 
 Runs a ``transformWithStateInPandas`` query over an in-memory table shaped like the service's input (topic,
 partition, offset, key, value ~80-byte JSON, ts, slot; 4 partitions -> 4 grouping keys) in a new local[2]
-session per run, alternately with pyspark's worker and with ``fast_input`` (service.python_worker), each
+session per run, alternately with pyspark's worker and with ``fast_input`` (service.spark.python_worker), each
 round in both orders. The processor does what the service's does with its input before the window engine (concat
 the frames, offsets to numpy, key/value/ts to lists) and returns one row per key, so the time is Spark's
 shuffle and Arrow transfer (alike for both) plus the Python input path. Prints rows/s of each run and the ratio.
@@ -27,7 +28,7 @@ from pyspark.sql.streaming import StatefulProcessor  # noqa: E402
 
 
 class InputOnly(StatefulProcessor):
-    """The service processor's input handling (service.job.WindowTaskProcessor.handleInputRows) and nothing else."""
+    """The service processor's input handling (service.spark.job.WindowTaskProcessor.handleInputRows), only."""
 
     def init(self, handle: Any) -> None:
         pass
@@ -50,7 +51,7 @@ def run(rows: int, fast: bool) -> float:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from service.job import python_worker_conf
+    from service.spark.job import python_worker_conf
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     builder = (

@@ -6,7 +6,7 @@
    ``--keys`` accounts, event time advancing at ``--event-rate`` events per second of event time (so each record
    falls into ``60 * event_rate / keys`` sliding windows of its key), ``--ooo`` of them out of order inside the
    grace period;
-2. **throughput** - drains the backlog with (a) the service's query (``service.job``, emit update, JSON) and
+2. **throughput** - drains the backlog with (a) the service's query (``service.spark.job``, emit update, JSON) and
    (b) Spark's built-in ``groupBy(window(ts, 60 s, --hop), key).agg(count, sum, max)`` with a watermark, both
    writing to Kafka, both with ``maxOffsetsPerTrigger = --batch``; reports rows/s over the micro-batches after the
    first (steady state) and overall. This VM's speed drifts by up to 2x within minutes, so with ``--passes 2``
@@ -155,7 +155,7 @@ def builtin_query(
 
     spark.conf.set("spark.sql.shuffle.partitions", spark.sparkContext.getConf().get("spark.sql.shuffle.partitions"))
 
-    from service.job import SOURCE_DEFAULTS
+    from service.spark.job import SOURCE_DEFAULTS
 
     # the Kafka source options the service uses (same consumer behaviour for both queries)
     src = (
@@ -216,8 +216,8 @@ def builtin_query(
 
 
 def service_query(spark, settings):
-    from service.job import start_query
-    from service.runner import prepare
+    from service.driver import prepare
+    from service.spark.job import start_query
 
     # the session's shuffle partitions are the built-in's; the service's state partitions are its own setting
     spark.conf.set("spark.sql.shuffle.partitions", str(settings.state_partitions))
@@ -489,8 +489,8 @@ def main() -> int:
 
     logging.basicConfig(level=logging.WARNING)
     from connectors.admin import TopicSpec, ensure_topics
-    from service.job import build_spark
     from service.settings import Settings
+    from service.spark.job import build_spark
 
     load_before = f"{os.getloadavg()[0]:.1f}"
     # killed (``timeout``, ``kill``): exit through atexit, which stops the local broker (its own hook) and removes

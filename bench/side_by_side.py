@@ -16,7 +16,7 @@ One local Kafka broker (``devtools.local_broker``) for everything. For each *cel
    records get their timestamp moved back by 1..``--grace`` ms (out of order, never late).
 2. Each system runs in turn as its own process (tree), from the earliest offset of its topic:
    ``kstreams`` (bench/kstreams_app, SlidingWindows count+sum+max(sent), default record cache, commit interval
-   ``--commit-ms``, ``--partitions`` stream threads), ``service`` (``service.job.start_query`` exactly as
+   ``--commit-ms``, ``--partitions`` stream threads), ``service`` (``service.spark.job.start_query`` exactly as
    bench/service_bench.py runs it: emit update, JSON, ``max_offsets_per_trigger`` = ``--batch``, trigger 0),
    ``builtin`` (Spark's ``groupBy(window(ts, td, td/10), key)`` with a watermark of ``--grace``, the same query as
    service_bench's plus max(sent), same batch size) and ``plain`` (bench/plain_loop.py).
@@ -225,7 +225,7 @@ def builtin_query(spark, bootstrap, topic, out_topic, ckpt, td_ms, hop_ms, grace
     """bench/service_bench.py's built-in query (count, sum, max over hopping windows) plus max(sent)."""
     from pyspark.sql import functions as F
 
-    from service.job import SOURCE_DEFAULTS
+    from service.spark.job import SOURCE_DEFAULTS
 
     src = (
         spark.readStream.format("kafka")
@@ -276,14 +276,14 @@ def builtin_query(spark, bootstrap, topic, out_topic, ckpt, td_ms, hop_ms, grace
 
 def spark_child(args) -> int:
     """``side_by_side.py _spark``: run the service's or the built-in query and report consumed records."""
-    from service.job import build_spark
-    from service.runner import prepare
+    from service.driver import prepare
+    from service.spark.job import build_spark
 
     s = spark_settings(args, args.bootstrap_servers, args.topic, args.out_topic, args.ckpt)
     spark = build_spark(s)
     spark.sparkContext.setLogLevel("ERROR")
     if args.system == "service":
-        from service.job import start_query
+        from service.spark.job import start_query
 
         q = start_query(spark, s, prepare(s))
     else:

@@ -5,13 +5,13 @@
 The shape of ``bench/service_bench.py``'s windows-full pass, for one of its four tasks: 2,500 keys, 12,500
 JSON records per micro-batch (2,000 records per second of event time, 5% out of order by up to the grace), 60 s
 windows, 10 s grace, ``count,sum:amount,max:amount``, Avro changelog. It fills the windows (14 batches, 87.5 s of
-event time), then runs ``--batches`` more through ``service.processing.process_task_batch`` against in-memory
+event time), then runs ``--batches`` more through ``service.worker.run.process_task_batch`` against in-memory
 state (decode, window engine, changelog encoding, log entry or snapshot; no producer) and prints the CPU
 milliseconds per batch: all of it, and the window engine's part (``SlidingWindowProcessor.process_columns``).
 
 With ``--against REV`` the same runs are made in a temporary git worktree of that revision, alternating with
 this tree's, each in a fresh process, and the table gives both and their ratio (best round of each). With
-``--keep-memory`` this tree also runs after ``service.python_daemon.keep_memory()``, the memory policy Spark's
+``--keep-memory`` this tree also runs after ``service.spark.python_daemon.keep_memory()``, the memory policy Spark's
 Python workers get from the daemon before they fork (this process is not forked from it: without the flag it
 runs with the allocators' defaults).
 """
@@ -36,7 +36,14 @@ def measure(fill: int, batches: int) -> dict[str, float]:
     """Runs in the tree on ``sys.path[0]``: CPU ms per batch (all, engine) and changelog rows per batch."""
     from connectors.output import ChangelogSpec
     from connectors.serde import InputSpec, aggregation_fields
-    from service.processing import DictTaskState, TaskConfig, TaskRunner, process_task_batch
+
+    try:
+        from service.task.config import TaskConfig
+        from service.task.runner import TaskRunner
+        from service.task.state import DictTaskState
+        from service.worker.run import process_task_batch
+    except ImportError:  # a tree from before the split of service/ (issue 30), for --against
+        from service.processing import DictTaskState, TaskConfig, TaskRunner, process_task_batch  # type: ignore
     from windowstore import SlidingWindowProcessor
 
     cfg = TaskConfig(
@@ -98,7 +105,7 @@ def measure(fill: int, batches: int) -> dict[str, float]:
 def run_in(tree: Path, fill: int, batches: int, keep_memory: bool = False) -> dict[str, float]:
     code = (
         f"import sys, json; sys.path.insert(0, {str(tree)!r}); sys.path.insert(1, {str(ROOT / 'bench')!r}); "
-        + ("from service.python_daemon import keep_memory; keep_memory(); " if keep_memory else "")
+        + ("from service.spark.python_daemon import keep_memory; keep_memory(); " if keep_memory else "")
         + f"import task_batch_bench as b; print(json.dumps(b.measure({fill}, {batches})))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=tree, check=True, capture_output=True, text=True)
@@ -114,7 +121,7 @@ def main() -> int:
     ap.add_argument(
         "--keep-memory",
         action="store_true",
-        help="also run this tree with the Python workers' memory policy (service.python_daemon)",
+        help="also run this tree with the Python workers' memory policy (service.spark.python_daemon)",
     )
     args = ap.parse_args()
     trees: dict[str, tuple[Path, bool]] = {"this tree": (ROOT, False)}

@@ -1,4 +1,4 @@
-"""One task's micro-batches through ``service.processing.process_task_batch`` without Spark or Kafka: CPU per
+"""One task's micro-batches through ``service.worker.run.process_task_batch`` without Spark or Kafka: CPU per
 batch for several ``state_snapshot_every`` values side by side, with one Python worker or several taking turns.
 
     .venv/bin/python bench/task_state_bench.py [--keys 2500] [--rate 1250] [--batch-seconds 2.5] \
@@ -7,7 +7,7 @@ batch for several ``state_snapshot_every`` values side by side, with one Python 
 The stream is the service bench's for one of its 4 input partitions: ``--keys`` accounts, ``--rate`` records
 per second of event time, 5% of them up to 10 s out of order, JSON values, 60 s windows with 10 s grace,
 ``count,sum:amount,max:amount,max:sent``, update mode, JSON changelog. State lives in memory
-(:class:`~service.processing.DictTaskState`), so what is measured is the Python side of a task batch: decoding,
+(:class:`~service.task.state.DictTaskState`), so what is measured is the Python side of a task batch: decoding,
 the window engine, the changelog rows, and exporting or logging the state (the JVM's share of writing it is
 not). With ``--workers`` above 1 each batch goes to a worker picked at random (worker caches), as Spark hands a
 task to whichever Python worker is idle; the same seed gives every configuration the same turns. With
@@ -31,10 +31,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import service.processing as processing
+import service.worker.run as worker_run
 from connectors.output import ChangelogSpec
 from connectors.serde import InputSpec, aggregation_fields
-from service.processing import DictTaskState, TaskConfig, TaskRunner, process_task_batch
+from service.task.config import TaskConfig
+from service.task.runner import TaskRunner
+from service.task.state import DictTaskState
+from service.worker.cache import WorkerCache
+from service.worker.catch_up import spool_catch_up
+from service.worker.run import process_task_batch
 
 AGGS = "count,sum:amount,max:amount,max:sent"
 
@@ -67,13 +72,13 @@ def run(
     state = DictTaskState()
     rnd = random.Random(1)
     turns = random.Random(2)
-    caches: list[dict] = [{} for _ in range(workers)]
+    caches = [WorkerCache() for _ in range(workers)]
     t = 1_795_300_000_000
     off = 0
     totals = {"cpu": 0.0, "catch_up": 0.0, "hits": 0, "replayed": 0, "changelog": 0, "log_bytes": 0, "bucket_bytes": 0}
-    saved = processing._CACHE, processing._start_catch_up_thread, tempfile.tempdir
+    saved = worker_run.start_catch_up_thread, tempfile.tempdir
     spool_dir = tempfile.TemporaryDirectory()
-    processing._start_catch_up_thread = lambda: None  # this loop does the catch-up, between the batches
+    worker_run.start_catch_up_thread = lambda cache: None  # this loop does the catch-up, between the batches
     tempfile.tempdir = spool_dir.name
     try:
         for i in range(warmup + batches):
@@ -90,13 +95,13 @@ def run(
             if share:
                 c0 = time.process_time()
                 for cache in caches:
-                    while processing.spool_catch_up(cache):
+                    while spool_catch_up(cache):
                         pass
                 if i >= warmup:
                     totals["catch_up"] += time.process_time() - c0
-            processing._CACHE = caches[turns.randrange(workers)]
+            worker = caches[turns.randrange(workers)]
             c0 = time.process_time()
-            out = process_task_batch(runner, state, "in", 0, offs, ks, vs, ts)
+            out = process_task_batch(runner, state, "in", 0, offs, ks, vs, ts, cache=worker)
             if i >= warmup:
                 totals["cpu"] += time.process_time() - c0
                 totals["hits"] += out.stats["state_cache_hit"]
@@ -104,13 +109,14 @@ def run(
                 totals["changelog"] += out.stats["changelog"]
         # a restart: a worker without the task's processor takes one record; it restores the latest snapshot and
         # replays the log entries written since
-        processing._CACHE = {}
         c0 = time.process_time()
-        out = process_task_batch(runner, state, "in", 0, [off], [b"acct-00000"], [b'{"amount": 1, "sent": 0}'], [t])
+        out = process_task_batch(
+            runner, state, "in", 0, [off], [b"acct-00000"], [b'{"amount": 1, "sent": 0}'], [t], cache=WorkerCache()
+        )
         totals["restore"] = time.process_time() - c0
         totals["restore_replayed"] = out.stats["state_log_replayed"]
     finally:
-        processing._CACHE, processing._start_catch_up_thread, tempfile.tempdir = saved
+        worker_run.start_catch_up_thread, tempfile.tempdir = saved
         spool_dir.cleanup()
     for b, data in state.buckets.items():
         totals["log_bytes" if b < 0 else "bucket_bytes"] += len(data)

@@ -201,7 +201,7 @@ class OutputProducer:
         returns how many.
 
         Raises :class:`DeliveryError` when any record was not delivered. Several threads may send and wait
-        at once (a worker's own task batch and the batches it runs for others, :mod:`service.owners`): a
+        at once (a worker's own task batch and the batches it runs for others, :mod:`service.worker.owners`): a
         wait returns only when the producer's whole queue is delivered, so every failure of this thread's
         records is known by then, and any failure reported since its first send fails it (a batch may fail
         for another one's record and be retried; none succeeds with a record missing)."""

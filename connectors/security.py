@@ -4,7 +4,7 @@ The service talks to Kafka through three clients that spell the same security se
 
 =========================  ==================================  =============================================
 what                       librdkafka (confluent-kafka:         Java client (Spark's Kafka source and sink,
-                           direct producer, admin, lag probe)   given ``kafka.``-prefixed by service.job)
+                           direct producer, admin, lag probe)   given ``kafka.``-prefixed by service.spark.job)
 =========================  ==================================  =============================================
 protocol                   ``security.protocol``                ``security.protocol``
 SASL mechanism             ``sasl.mechanism``                   ``sasl.mechanism``

@@ -18,7 +18,7 @@ group named after the application (``sendOffsetsToTransaction``). Either all of 
     (the task returns; Spark commits its state, then its checkpoint)
 
 Why a transactional id per application and task, not per worker (EOS v2's per-thread producer): Spark moves a
-task between Python workers and machines (task retries, :mod:`service.owners`, restarts), and whoever runs it
+task between Python workers and machines (task retries, :mod:`service.worker.owners`, restarts), and whoever runs it
 next must fence whoever ran it before - exactly what a stable per-task id gives (``init_transactions`` bumps the
 epoch; the old producer's next call fails with a fenced error and its open transaction is aborted). The group
 metadata comes from a consumer that never joins the group (generation -1, no member id): the group has no

@@ -8,6 +8,8 @@ installed (pinned in the ``service`` extra), and its Scala version is read from 
 from __future__ import annotations
 
 import functools
+import importlib.metadata
+import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,14 +55,16 @@ def jvm_versions() -> JvmVersions:
 
 @functools.cache
 def spark_versions() -> SparkVersions:
-    """Version, Scala binary version and jar folder of the installed pyspark (imports pyspark, starts no JVM)."""
+    """Version, Scala binary version and jar folder of the installed pyspark, read from its distribution's metadata
+    and its package folder (pyspark is not imported: only :mod:`service.spark` imports it)."""
     try:
-        from pyspark.version import __version__ as spark_version
-    except ImportError as e:
+        spark_version = importlib.metadata.version("pyspark")
+        spec = importlib.util.find_spec("pyspark")
+    except importlib.metadata.PackageNotFoundError as e:
         raise VersionError("pyspark is not installed; install the project's 'service' extra") from e
-    import pyspark
-
-    jars_dir = Path(pyspark.__file__).resolve().parent / "jars"
+    if spec is None or not spec.submodule_search_locations:
+        raise VersionError("pyspark is not installed; install the project's 'service' extra")
+    jars_dir = Path(next(iter(spec.submodule_search_locations))).resolve() / "jars"
     if not jars_dir.is_dir():
         raise VersionError(f"pyspark at {jars_dir.parent} has no jars/ folder")
     scala = None

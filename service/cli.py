@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m service") 
         for name, value in settings.describe().items():
             print(f"{name} = {value!r}")
         return 0
-    from service.runner import ServiceError, run
+    from service.driver import ServiceError, run
 
     try:
         return run(settings)

@@ -1,8 +1,8 @@
 """Prometheus metrics of the service: the ONE module that defines them all (names, help, labels, buckets).
 
 Counts and histograms are computed in Spark's Python workers (per task and micro-batch, the ``stats`` array of
-the "stats" rows, see :data:`service.processing.STATS_FIELDS`) and reach the driver through the query's observed
-metrics (``observe("slidingwindow", ...)``, :mod:`service.job`); :func:`record_progress` turns one query progress
+the "stats" rows, see :data:`service.task.stats.STATS_FIELDS`) and reach the driver through the query's observed
+metrics (``observe("slidingwindow", ...)``, :mod:`service.spark.job`); :func:`record_progress` turns one query progress
 into metric updates. Consumer lag comes from the progress' end offsets against the broker's end offsets
 (:class:`LagPoller`, confluent-kafka). Labels are low-cardinality only (topic, partition, reason, kind) - never a
 record key.
@@ -25,7 +25,7 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from connectors.serde import REASONS as SERDE_REASONS
+from service.task.stats import DEAD_LETTER_REASONS, LATENCY_BUCKETS_MS, LATENESS_BUCKETS_MS, dead_letter_stat
 
 __all__ = [
     "REGISTRY",
@@ -47,35 +47,8 @@ logger = logging.getLogger(__name__)
 REGISTRY = CollectorRegistry(auto_describe=True)
 PREFIX = P = "slidingwindow_"
 
-#: record lateness (stream time - record timestamp) bucket bounds, ms (workers count per bucket)
-LATENESS_BUCKETS_MS: tuple[int, ...] = (0, 10, 100, 500, 1_000, 5_000, 30_000, 60_000, 300_000, 3_600_000)
-#: end-to-end latency (emit time - record timestamp) bucket bounds, ms
-LATENCY_BUCKETS_MS: tuple[int, ...] = (
-    50,
-    100,
-    250,
-    500,
-    1_000,
-    2_500,
-    5_000,
-    10_000,
-    30_000,
-    60_000,
-    300_000,
-    3_600_000,
-)
-
-#: dead-letter reasons: the decoder's (:data:`connectors.serde.REASONS`) and a record whose processing raised
-#: (processing_exception_handler=continue)
-DEAD_LETTER_REASONS: tuple[str, ...] = (*SERDE_REASONS, "processing-error")
 #: dropped-record reasons (label values of records_dropped_total): late, or the dead letter's ``error`` header
 DROP_REASONS = ("late", *DEAD_LETTER_REASONS)
-
-
-def dead_letter_stat(reason: str) -> str:
-    """The :data:`service.processing.STATS_FIELDS` counter of a dead-letter reason (``null-value`` ->
-    ``dead_null_value``)."""
-    return "dead_" + reason.replace("-", "_")
 
 
 class BulkHistogram(Collector):
@@ -595,7 +568,7 @@ METRICS.update(
 
 
 def record_transactions(o: Mapping[str, int]) -> None:
-    """The exactly_once counters of one micro-batch's observed sums (``txn_*``, service.processing)."""
+    """The exactly_once counters of one micro-batch's observed sums (``txn_*``, service.task.stats)."""
     transactions_committed.inc(o.get("txn_committed", 0))
     transactions_aborted.inc(o.get("txn_aborted", 0))
     transaction_commit_seconds.inc(o.get("txn_commit_ns", 0) / 1e9)

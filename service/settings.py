@@ -431,13 +431,13 @@ class Settings:
         _bool,
         "run each task's batches in the Python worker that holds its windows: a "
         "worker Spark hands another worker's task forwards the batch to it over a local socket "
-        "(Linux; needs state_cache; service.owners)",
+        "(Linux; needs state_cache; service.worker.owners)",
     )
     fast_input: bool = _s(
         True,
         _bool,
         "Python workers regroup the processor's input a key run at a time "
-        "(Spark starts them from service.python_daemon / service.python_worker; pyspark's own "
+        "(Spark starts them from service.spark.python_daemon / python_worker; pyspark's own "
         "path walks the input row by row); false: pyspark's daemon and worker unchanged",
     )
     app_name: str = _s("slidingwindow", _nonempty, "Spark application name", "NAME")

@@ -1,5 +1,6 @@
 """One-way layers: service -> connectors -> windowstore, never back; windowstore stays pure Python; devtools and
-the slidingwindow command sit above them and are never imported by them."""
+the slidingwindow command sit above them and are never imported by them. Inside service/, by where code runs:
+driver -> service.spark -> service.worker -> service.task, and only service/spark/ imports pyspark."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ FORBIDDEN = {
         "pyarrow",
     }
     | _NOT_RUNTIME,
-    "connectors": {"service", "prometheus_client"} | _NOT_RUNTIME,
+    "connectors": {"service", "prometheus_client", "pyspark"} | _NOT_RUNTIME,
     "service": set(_NOT_RUNTIME),
     "devtools": {"slidingwindow", "testcontainers", "docker", "pytest", "hypothesis"},
     "slidingwindow": set(),
@@ -53,6 +54,69 @@ def test_layers_point_one_way(package: str) -> None:
         if imported_roots(f) & FORBIDDEN[package]
     }
     assert not bad, f"{package}/ imports what its layer may not: {bad}"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The dotted names of every module ``path`` imports (absolute imports, anywhere in the file), and of each
+    ``from module import name`` also ``module.name`` (the name may be a submodule)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _under(name: str, prefixes: set[str]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+#: service's inner layers: what each may not import (the driver is every service module outside these packages)
+SERVICE_LAYERS = {
+    "service/task": {
+        "pyspark",
+        "prometheus_client",
+        "service.metrics",
+        "service.spark",
+        "service.worker",
+        "service.driver",
+        "service.cli",
+    },
+    "service/worker": {
+        "pyspark",
+        "prometheus_client",
+        "service.metrics",
+        "service.spark",
+        "service.driver",
+        "service.cli",
+    },
+    "service/spark": {"prometheus_client", "service.metrics", "service.driver", "service.cli"},
+}
+
+
+@pytest.mark.parametrize("layer", sorted(SERVICE_LAYERS))
+def test_service_layers_point_one_way(layer: str) -> None:
+    files = sorted((ROOT / layer).rglob("*.py"))
+    assert files, f"no sources found in {layer}/"
+    bad = {
+        str(f.relative_to(ROOT)): sorted(m for m in imported_modules(f) if _under(m, SERVICE_LAYERS[layer]))
+        for f in files
+    }
+    bad = {f: mods for f, mods in bad.items() if mods}
+    assert not bad, f"{layer}/ imports what its layer may not: {bad}"
+
+
+def test_only_service_spark_imports_pyspark() -> None:
+    spark = ROOT / "service" / "spark"
+    offenders = [
+        str(f.relative_to(ROOT))
+        for package in FORBIDDEN
+        for f in sorted((ROOT / package).rglob("*.py"))
+        if spark not in f.parents and "pyspark" in imported_roots(f)
+    ]
+    assert not offenders, f"pyspark imported outside service/spark/: {offenders}"
 
 
 def _configures_logging(node: ast.AST) -> bool:

@@ -79,7 +79,7 @@ def test_wheel_holds_the_packages_and_their_data_not_the_tests(installed: dict[s
 
 def test_modules_come_from_the_installed_wheel(installed: dict[str, Path]) -> None:
     probe = (
-        "import json, connectors.versions as v, devtools.local_broker as b, service.job as j, windowstore,"
+        "import json, connectors.versions as v, devtools.local_broker as b, service.spark.job as j, windowstore,"
         " slidingwindow;"
         "print(json.dumps({'files': [m.__file__ for m in (v, b, j, windowstore, slidingwindow)],"
         " 'kafka': v.jvm_versions().kafka, 'broker_config': b.SERVER_PROPERTIES_TEMPLATE.is_file()"

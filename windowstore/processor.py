@@ -31,7 +31,7 @@ class _RecordStep:
 
     Chosen when the attribute is read (a loop reads it once), not stored on the processor: nothing that
     refers back to the processor is kept by it, so a dropped processor is freed by reference counting at once
-    (``service.python_daemon``; ``tests/windowstore/test_reference_cycles.py``)."""
+    (``service.spark.python_daemon``; ``tests/windowstore/test_reference_cycles.py``)."""
 
     def __get__(self, proc: SlidingWindowProcessor | None, cls: type | None = None) -> Callable[..., Any]:
         if proc is None:

@@ -1,4 +1,4 @@
-"""A task batch (:func:`service.processing.process_task_batch`) with ``collect`` and with integer sums beyond
+"""A task batch (:func:`service.worker.run.process_task_batch`) with ``collect`` and with integer sums beyond
 int64, JSON and Avro changelog: every good record aggregated (none dead-lettered as ``processing-error``), and
 the changelog read back by a consumer - ``json.loads``, or confluent-kafka's ``AvroDeserializer`` against the
 Schema Registry double - holds the exact values (``collect``'s lists; ``2**62 + 2**62 + 7`` as
@@ -16,10 +16,13 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-import service.processing as processing
 from connectors.output import ChangelogSpec, changelog_key_schema, changelog_value_schema
 from connectors.serde import InputSpec, aggregation_fields
-from service.processing import DictTaskState, TaskConfig, TaskRunner, process_task_batch
+from service.task.config import TaskConfig
+from service.task.runner import TaskRunner
+from service.task.state import DictTaskState
+from service.worker.cache import WORKER
+from service.worker.run import process_task_batch
 from tests.service.schema_registry_double import SchemaRegistryDouble
 
 AGGS = "count,sum:amount,max:amount,collect:note,first:note"
@@ -56,7 +59,7 @@ def _records():
 
 
 def _run(fmt: str, emit: str, batch: bool, client: SchemaRegistryClient | None):
-    processing._CACHE.clear()
+    WORKER.clear()
     cfg = TaskConfig(
         100,
         0,

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from service.processing import REPLAY_ZEROED, STATS_FIELDS
-from service.runner import processed_offsets
+from service.driver import processed_offsets
 from service.settings import Settings, SettingsError
+from service.task.stats import REPLAY_ZEROED, STATS_FIELDS
 
 
 def test_default_is_at_least_once_and_exactly_once_needs_the_direct_sink():

@@ -1,4 +1,4 @@
-"""service/job.py pieces that run inside Spark (the ``spark`` fixture of tests/conftest.py, no Kafka)."""
+"""service/spark/job.py pieces that run inside Spark (the ``spark`` fixture of tests/conftest.py, no Kafka)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def test_task_slot_is_the_first_slot_that_lands_on_the_target(spark):
     evaluated with all TASK_SLOTS hashes), for any topic, partition and n - and put each task on its target."""
     from pyspark.sql import functions as F
 
-    from service.job import TASK_SLOTS, task_slot
+    from service.spark.job import TASK_SLOTS, task_slot
 
     rows = [(t, p) for t in ("in", "payments", "a.b-c_9", "x" * 200) for p in range(48)]
     df = spark.createDataFrame(rows, "topic string, partition int")
@@ -34,7 +34,7 @@ def test_task_slot_is_the_first_slot_that_lands_on_the_target(spark):
 
 def test_the_local_checkpoint_file_manager_is_a_class_of_this_spark(spark):
     """build_spark names it by its class name; Spark 3.5 had it in another package, so an upgrade can break it."""
-    from service.job import LOCAL_CHECKPOINT_FILE_MANAGER
+    from service.spark.job import LOCAL_CHECKPOINT_FILE_MANAGER
 
     cls = spark.sparkContext._jvm.java.lang.Class.forName(LOCAL_CHECKPOINT_FILE_MANAGER)
     assert cls.getName() == LOCAL_CHECKPOINT_FILE_MANAGER

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from service import metrics
 from service.metrics import LATENCY_BUCKETS_MS, LATENESS_BUCKETS_MS, REGISTRY, BulkHistogram, LagPoller
-from service.processing import STATS_FIELDS, _bucket_counts
+from service.task.stats import STATS_FIELDS, bucket_counts
 
 
 def val(name: str, **labels: str) -> float:
@@ -64,7 +64,7 @@ def test_bulk_histogram_equals_a_histogram_of_the_same_observations():
         ref.observe(v / 1000)
     half = len(values) // 2  # two "micro-batches"
     for part in (values[:half], values[half:]):
-        bulk.add(_bucket_counts(part, LATENESS_BUCKETS_MS), float(part.sum()) / 1000)
+        bulk.add(bucket_counts(part, LATENESS_BUCKETS_MS), float(part.sum()) / 1000)
     text = generate_latest(reg).decode()
     ref_lines = sorted(
         ln.replace("ref_", "X_") for ln in text.splitlines() if ln.startswith("ref_seconds_") and "_created" not in ln

@@ -26,7 +26,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.metrics import DEAD_LETTER_REASONS
-from service.processing import DESERIALIZATION_REASONS
+from service.task.stats import DESERIALIZATION_REASONS
 from tests.deploy.prometheus_server import PrometheusServer, free_port
 from tests.deploy.promtool import ensure_prometheus
 from tests.service.events import payment_events, replay

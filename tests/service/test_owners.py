@@ -1,4 +1,4 @@
-"""Task owners (service.owners): a batch Spark gives one Python worker runs in the worker that owns the task.
+"""Task owners (service.worker.owners): a batch Spark gives one Python worker runs in the worker that owns the task.
 
 Two real processes play the two Python workers: this test process and a spawned child. Both run the same
 batches as a single local processor would, and the output rows must be identical."""
@@ -11,11 +11,14 @@ import socket
 
 import pytest
 
-import service.processing as processing
 from connectors.output import ChangelogSpec
 from connectors.serde import InputSpec, aggregation_fields
-from service import owners
-from service.processing import DictTaskState, TaskConfig, TaskRunner, process_task_batch
+from service.task.config import TaskConfig
+from service.task.runner import TaskRunner
+from service.task.state import DictTaskState
+from service.worker import owners
+from service.worker.cache import WORKER
+from service.worker.run import process_task_batch
 from tests.service.events import payment_events
 
 pytestmark = pytest.mark.skipif(not owners.SUPPORTED, reason="abstract Unix sockets are Linux-only")
@@ -42,7 +45,7 @@ def config(key: str = "k" * 32, sink: str = "spark") -> TaskConfig:
 
 
 def run_local(cfg, state, topic, partition, offsets, keys, values, timestamps):
-    """What job.run_batch does, minus the producer (sink=spark: the rows travel back), emit time fixed."""
+    """What worker.run.run_batch does, minus the producer (sink=spark: the rows travel back), emit time fixed."""
     return process_task_batch(
         TaskRunner(cfg), state, topic, partition, offsets, keys, values, timestamps, emit_time_ms=5
     )
@@ -108,11 +111,11 @@ def in_child(cfg, jobs):
 
 @pytest.fixture(autouse=True)
 def clean_worker():
-    saved = dict(processing._CACHE)
+    saved = dict(WORKER.entries)
     yield
     owners.release_all()
-    processing._CACHE.clear()
-    processing._CACHE.update(saved)
+    WORKER.clear()
+    WORKER.entries.update(saved)
 
 
 def test_a_forwarded_batch_runs_on_the_owners_cached_processor_with_identical_output():
@@ -177,7 +180,7 @@ def test_a_busy_owner_of_many_tasks_gives_one_up(monkeypatch):
     kind, _got, forwarded, hit, _ = results[0]
     assert kind == "ok" and not forwarded and hit == 0  # the child ran it from the store
     assert owners.owned(cfg) == 2
-    assert (cfg, TOPIC, 1) not in processing._CACHE
+    assert (cfg, TOPIC, 1) not in WORKER
 
 
 def test_a_stranger_cannot_talk_to_an_owner():

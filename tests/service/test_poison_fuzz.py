@@ -1,6 +1,6 @@
 """Fuzz (issue 29): random JSON values and random Avro payloads - huge integers, floats, NaN, infinities, nested
 objects, wrong types, empty and huge strings, random bytes - go through the decoder and the processor as ONE
-micro-batch (:func:`service.processing.process_task_batch` on a real in-memory task state). Nothing raises, and
+micro-batch (:func:`service.worker.run.process_task_batch` on a real in-memory task state). Nothing raises, and
 every record ends exactly once: aggregated, late, or on the dead-letter topic with a known reason."""
 
 from __future__ import annotations
@@ -14,13 +14,16 @@ from fastavro import parse_schema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import service.processing as processing
 from connectors.avro import encode
 from connectors.output import ChangelogSpec
 from connectors.schema_registry import SchemaRegistry
 from connectors.serde import MAX_TIMESTAMP_MS, InputSpec, aggregation_fields
 from service.metrics import DEAD_LETTER_REASONS
-from service.processing import DictTaskState, TaskConfig, TaskRunner, process_task_batch
+from service.task.config import TaskConfig
+from service.task.runner import TaskRunner
+from service.task.state import DictTaskState
+from service.worker.cache import WORKER
+from service.worker.run import process_task_batch
 from tests.service.schema_registry_double import SchemaRegistryDouble
 
 AGGS = "count,sum:amount,max:amount,mean:amount,first:note,collect:note"
@@ -104,7 +107,7 @@ def _config(timestamp_field: str, fmt: str = "json", url: str = "", batch: bool 
 
 
 def _check_one_batch(cfg: TaskConfig, keys, values, stamps, registry=None) -> None:
-    processing._CACHE.clear()
+    WORKER.clear()
     runner = TaskRunner(cfg, registry=registry)
     n = len(values)
     offsets = list(range(100, 100 + n))

@@ -14,20 +14,17 @@ from itertools import pairwise
 
 import pytest
 
-import service.processing as processing
+import service.worker.run as worker_run
 from connectors.output import ChangelogSpec
-from connectors.serde import InputSpec, aggregation_fields
-from service import spool
-from service.processing import (
-    Decoded,
-    DictTaskState,
-    TaskConfig,
-    TaskRunner,
-    TaskState,
-    decode_bucket,
-    encode_bucket,
-    process_task_batch,
-)
+from connectors.serde import Decoded, InputSpec, aggregation_fields
+from service.task import batch as task_batch
+from service.task import state as task_state
+from service.task.config import TaskConfig
+from service.task.runner import TaskRunner
+from service.task.state import DictTaskState, TaskState, decode_bucket, encode_bucket
+from service.worker import spool
+from service.worker.cache import WorkerCache
+from service.worker.catch_up import spool_catch_up, stop_catch_up_thread
 from tests.service.events import changelog_final, payment_events, replay
 
 AGGS = "count,sum:amount,max:amount"
@@ -89,6 +86,15 @@ class BatchView(TaskState):
         self._s().delete_bucket(bucket)
 
 
+#: the worker cache the test's batches run on now (:func:`run_slice` switches it, as Spark hands tasks to workers)
+_worker = [WorkerCache()]
+
+
+def process_task_batch(runner, state, *args, **kw):
+    """A task batch in the Python worker the test's batches run on now (``_worker``)."""
+    return worker_run.process_task_batch(runner, state, *args, cache=_worker[0], **kw)
+
+
 def batch(runner, state, *args, process=process_task_batch, **kw):
     view = BatchView(state)
     try:
@@ -99,9 +105,9 @@ def batch(runner, state, *args, process=process_task_batch, **kw):
 
 def run_slice(runner, state, partition, events, lo, hi, cache=None, process=None):
     """One micro-batch of ``events[lo:hi]`` (offsets ``lo``...) on ``partition``, emit time 5; ``cache``: the
-    worker cache it runs on (sets ``processing._CACHE``; put back after the test)."""
+    worker cache it runs on (sets ``_worker``; a new one for each test)."""
     if cache is not None:
-        processing._CACHE = cache
+        _worker[0] = cache
     chunk = events[lo:hi]
     args = (
         "in",
@@ -117,9 +123,9 @@ def run_slice(runner, state, partition, events, lo, hi, cache=None, process=None
 
 
 @pytest.fixture(autouse=True)
-def _worker_cache_put_back(monkeypatch):
-    """Tests switch Python workers by setting ``processing._CACHE`` (:func:`run_slice`); it is put back after each."""
-    monkeypatch.setattr(processing, "_CACHE", processing._CACHE)
+def _new_worker_cache():
+    """Tests switch Python workers by setting ``_worker`` (:func:`run_slice`); each test starts on a new one."""
+    _worker[0] = WorkerCache()
 
 
 def run_in_batches(cfg: TaskConfig, events, seed: int = 1, fail_every: int = 0, states=None, workers: int = 1):
@@ -129,22 +135,22 @@ def run_in_batches(cfg: TaskConfig, events, seed: int = 1, fail_every: int = 0, 
     caches), picked at random as Spark does; with ``cfg.log_spool`` the other workers first replay the shared
     log entries (as their catch-up thread does while idle)."""
     if workers > 1:
-        caches = [{} for _ in range(workers)]
+        caches = [WorkerCache() for _ in range(workers)]
         pick = random.Random(seed + 1000)
-        saved_cache = processing._CACHE
+        saved_cache = _worker[0]
         try:
 
             def take_turns(*args, **kw):
                 if cfg.log_spool:
                     for c in caches:
-                        while processing.spool_catch_up(c):
+                        while spool_catch_up(c):
                             pass
-                processing._CACHE = caches[pick.randrange(workers)]
+                _worker[0] = caches[pick.randrange(workers)]
                 return process_task_batch(*args, **kw)
 
             return _run_in_batches(cfg, events, seed, fail_every, states, take_turns)  # type: ignore[arg-type]
         finally:
-            processing._CACHE = saved_cache
+            _worker[0] = saved_cache
     return _run_in_batches(cfg, events, seed, fail_every, states, process_task_batch)
 
 
@@ -255,7 +261,7 @@ def test_task_batches_equal_windowstore_replay(emit, buckets, cache, fail_every,
     ],
 )
 def test_task_batches_make_no_reference_cycles(emit, batch_path, cache, fail_every, snapshot_every):
-    """service.python_daemon freezes what a worker holds after each task and collects it fully only every 100th
+    """service.spark.python_daemon freezes what a worker holds after each task and collects it fully only every 100th
     task: objects the tasks leave in reference cycles would wait that long. There are none."""
     events = payment_events(3000, seed=5)
     cfg = config(emit, batch=batch_path, cache=cache, snapshot_every=snapshot_every)
@@ -338,7 +344,7 @@ def test_state_calls_are_bounded_by_buckets():
 
 
 def test_checkpoint_balance_tasks_is_fixed_at_creation(tmp_path):
-    from service.job import LAYOUT_FILE, checkpoint_balance_tasks, checkpoint_state_partitions
+    from service.spark.job import LAYOUT_FILE, checkpoint_balance_tasks, checkpoint_state_partitions
 
     new = tmp_path / "new"
     assert checkpoint_balance_tasks(str(new), True) is True
@@ -412,12 +418,12 @@ def test_a_task_written_uncompressed_goes_on_with_compressed_buckets():
             state.task = (state.task[0], "0123456789abcdef0123456789abcdef", state.task[2])
             runner = TaskRunner(config("update", buckets=8, cache=False, snapshot_every=2))
         elif lo == third:  # a log entry; the old buckets stay as they are
-            assert out.stats["state_snapshot"] == 0 and processing.log_slot(0) in state.buckets
+            assert out.stats["state_snapshot"] == 0 and task_state.log_slot(0) in state.buckets
     assert changelog_final(rows) == exp.final
     assert out.stats["state_snapshot"] == 1  # the third batch: a snapshot, all compressed
     assert all(d[:4] == b"SWZ1" for d in state.buckets.values())
     # the generation the snapshot closed: the second batch's entry and its own
-    assert sorted(b for b in state.buckets if b < 0) == [processing.log_slot(1), processing.log_slot(0)]
+    assert sorted(b for b in state.buckets if b < 0) == [task_state.log_slot(1), task_state.log_slot(0)]
 
 
 def test_a_log_entry_keeps_keys_times_and_the_aggregated_fields_only():
@@ -425,19 +431,19 @@ def test_a_log_entry_keeps_keys_times_and_the_aggregated_fields_only():
         (i, f"acct-{i % 7}", {"amount": i * 3, "note": "x" * 40, "currency": "EUR"}, 1000 + i) for i in range(500)
     ]
     decoded = Decoded.of(records, ("amount", "note"))
-    entry = processing.encode_log("tok", decoded, ("amount",))
-    assert b"xxxx" not in processing._decompress(entry) and b"EUR" not in processing._decompress(entry)
-    token, back = processing.decode_log(entry, ("amount",))
+    entry = task_state.encode_log("tok", decoded, ("amount",))
+    assert b"xxxx" not in task_state.decompress(entry) and b"EUR" not in task_state.decompress(entry)
+    token, back = task_state.decode_log(entry, ("amount",))
     assert token == "tok"
     assert back.records() == [(i, k, {"amount": v["amount"]}, t) for i, k, v, t in records]
     assert back.fields == {"amount": [v["amount"] for _i, _k, v, _t in records]}
-    token, back = processing.decode_log(processing.encode_log("", Decoded.of([], ("amount",)), ("amount",)))
+    token, back = task_state.decode_log(task_state.encode_log("", Decoded.of([], ("amount",)), ("amount",)))
     assert (token, back.records()) == ("", [])
-    token, back = processing.decode_log(processing.encode_log("t", Decoded.of(records[:3])))
+    token, back = task_state.decode_log(task_state.encode_log("t", Decoded.of(records[:3])))
     assert (token, back.records()) == ("t", [(i, k, {}, t) for i, k, _v, t in records[:3]])
     # an entry of a checkpoint written with other aggregations: named, not a KeyError deep in the replay
     with pytest.raises(RuntimeError, match=r"'note'.*other aggregations.*new checkpoint_dir"):
-        processing.decode_log(entry, ("amount", "note"))
+        task_state.decode_log(entry, ("amount", "note"))
 
 
 def test_log_entries_written_whole_by_an_older_version_still_replay(monkeypatch):
@@ -447,13 +453,13 @@ def test_log_entries_written_whole_by_an_older_version_still_replay(monkeypatch)
     exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit="update")
     runner = TaskRunner(config("update", buckets=8, cache=False, snapshot_every=6))
     state = DictTaskState()
-    new_encode = processing.encode_log
-    old_encode = lambda token, records, fields=(): processing._compress(  # noqa: E731
+    new_encode = task_state.encode_log
+    old_encode = lambda token, records, fields=(): task_state.compress(  # noqa: E731
         pickle.dumps((token, records.records()), protocol=5)
     )
     rows = []
     for n, lo in enumerate(range(0, len(events), 100)):
-        monkeypatch.setattr(processing, "encode_log", old_encode if n < 4 else new_encode)
+        monkeypatch.setattr(task_batch, "encode_log", old_encode if n < 4 else new_encode)
         out = run_slice(runner, state, 0, events, lo, lo + 100)
         rows += [(k, v) for kind, _t, k, v, _h in out.rows() if kind == "changelog"]
         if n in (3, 5):  # the entries of batches 1.. replayed: old ones only, then old and new ones together
@@ -470,7 +476,7 @@ def test_batches_between_snapshots_write_one_log_entry_and_stale_workers_replay_
     cfg = config("update", buckets=8, snapshot_every=4)
     runner = TaskRunner(cfg)
     state = DictTaskState()
-    caches = [{}, {}]
+    caches = [WorkerCache(), WorkerCache()]
     turns = [0, 0, 1, 0, 1, 1, 1, 0, 1, 0, 0, 0]  # worker per batch
     rows, stats = [], []
     for n, lo in enumerate(range(0, len(events), 100)):
@@ -500,7 +506,7 @@ def test_batches_between_snapshots_write_one_log_entry_and_stale_workers_replay_
 def spool_here(tmp_path, monkeypatch):
     """Shared log entries under ``tmp_path``; no catch-up thread (the tests call spool_catch_up themselves)."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(processing, "_start_catch_up_thread", lambda: None)
+    monkeypatch.setattr(worker_run, "start_catch_up_thread", lambda cache: None)
     return tmp_path
 
 
@@ -535,14 +541,14 @@ def test_a_shared_entry_that_needs_an_unread_bucket_waits_for_the_task(spool_her
     cfg = config("update", buckets=64, spool="t2")
     runner = TaskRunner(cfg)
     state = DictTaskState()
-    caches = [{}, {}]
+    caches = [WorkerCache(), WorkerCache()]
     for n, (lo, hi, worker) in enumerate([(0, 300, 0), (300, 320, 1), (320, 600, 0)]):
         out = run_slice(runner, state, 0, events, lo, hi, cache=caches[worker])
         if n == 1:  # worker 1 restored from the snapshot, reading only the buckets of 20 records' keys
             assert out.stats["state_cache_hit"] == 0
     # worker 1 is a batch behind; the entry's keys are spread over buckets it never read
-    assert processing.spool_catch_up(caches[1]) == 0
-    processing._CACHE = caches[1]
+    assert spool_catch_up(caches[1]) == 0
+    _worker[0] = caches[1]
     out = batch(
         runner, state, "in", 0, [600], [events[0].key], [events[0].value], [events[-1].timestamp], emit_time_ms=5
     )
@@ -559,7 +565,7 @@ def test_an_idle_worker_builds_a_task_it_never_ran_from_its_first_entry(spool_he
     runner = TaskRunner(cfg)
     states = {0: DictTaskState(), 1: DictTaskState()}
     parts = {p: [e for e in events if e.partition == p] for p in (0, 1)}
-    caches = [{}, {}]
+    caches = [WorkerCache(), WorkerCache()]
     outs = []
 
     def run(p, lo, hi, worker):
@@ -568,16 +574,16 @@ def test_an_idle_worker_builds_a_task_it_never_ran_from_its_first_entry(spool_he
     run(0, 0, 100, 1)
     for lo in range(0, 400, 100):  # worker 0 runs partition 1's first four batches (one of them a snapshot)
         outs.append(run(1, lo, lo + 100, 0))
-        while processing.spool_catch_up(caches[1]):
+        while spool_catch_up(caches[1]):
             pass
-    assert caches[1][(cfg, "in", 1)].token == states[1].task[1]
+    assert caches[1].entries[(cfg, "in", 1)].token == states[1].task[1]
     out = run(1, 400, len(parts[1]), 1)
     outs.append(out)
     assert out.stats["state_cache_hit"] == 1 and out.stats["state_log_replayed"] == 0
-    while processing.spool_catch_up(caches[0]):  # worker 0 adopts partition 0 and follows partition 1
+    while spool_catch_up(caches[0]):  # worker 0 adopts partition 0 and follows partition 1
         pass
-    assert {p: c.token for (_cfg, _t, p), c in caches[0].items()} == {p: states[p].task[1] for p in (0, 1)}
-    one, worker = DictTaskState(), {}  # partition 1 on one worker from the start
+    assert {p: c.token for (_cfg, _t, p), c in caches[0].entries.items()} == {p: states[p].task[1] for p in (0, 1)}
+    one, worker = DictTaskState(), WorkerCache()  # partition 1 on one worker from the start
     alone = [
         run_slice(runner, one, 1, parts[1], lo, hi, cache=worker)
         for lo, hi in [(0, 100), (100, 200), (200, 300), (300, 400), (400, len(parts[1]))]
@@ -588,16 +594,15 @@ def test_an_idle_worker_builds_a_task_it_never_ran_from_its_first_entry(spool_he
 def test_a_first_entry_that_cannot_be_replayed_is_one_warning(spool_here, caplog, monkeypatch):
     """A damaged shared first entry is skipped for good (the task batch restores from the store): one warning,
     not one per poll of the catch-up thread."""
-    monkeypatch.setattr(processing, "_NOT_ADOPTED", set())
     events = payment_events(200, keys=10, partitions=1, seed=4, bad_fraction=0, late_fraction=0)
     cfg = config("update", buckets=4, spool="t5")
     runner = TaskRunner(cfg)
-    cache: dict = {}
+    cache = WorkerCache()
     run_slice(runner, DictTaskState(), 0, events, 0, 200, cache=cache)  # the worker knows the query
     spool.put("t5", "in", 1, "", "tok", b"not a log entry")
-    assert processing.spool_catch_up(cache) == 0
-    assert processing.spool_catch_up(cache) == 0
-    assert list(cache) == [(cfg, "in", 0)]
+    assert spool_catch_up(cache) == 0
+    assert spool_catch_up(cache) == 0
+    assert list(cache.entries) == [(cfg, "in", 0)]
     assert sum("first entry failed" in r.getMessage() for r in caplog.records) == 1
 
 
@@ -607,25 +612,26 @@ def test_the_catch_up_thread_replays_while_the_worker_is_idle(tmp_path, monkeypa
     cfg = config("update", buckets=4, spool="t3")
     runner = TaskRunner(cfg)
     state = DictTaskState()
-    caches = [{}, {}]
+    caches = [WorkerCache(), WorkerCache()]
     try:
 
         def run(lo, hi, worker):
             return run_slice(runner, state, 0, events, lo, hi, cache=caches[worker])
 
         run(0, 300, 1)
-        processing._CACHE = caches[0]
+        _worker[0] = caches[0]
         run(300, 600, 0)  # worker 1 is now one batch behind; its thread (this process's) catches up
-        processing._CACHE = caches[1]
+        _worker[0] = caches[1]
         deadline = time.monotonic() + 30
-        while caches[1][(cfg, "in", 0)].token != state.task[1]:
+        while caches[1].entries[(cfg, "in", 0)].token != state.task[1]:
             assert time.monotonic() < deadline, "the catch-up thread did not replay the shared entry"
             time.sleep(0.01)
         out = run(600, 900, 1)
         assert out.stats["state_cache_hit"] == 1 and out.stats["state_log_replayed"] == 0
         assert out.stats["state_log_shared"] == 1 and out.stats["state_log_shared_ns"] > 0
     finally:
-        processing.stop_catch_up_thread()
+        for c in caches:
+            stop_catch_up_thread(c)
 
 
 def test_the_tasks_of_a_topic_write_their_snapshots_in_different_batches():

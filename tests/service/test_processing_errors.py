@@ -9,11 +9,14 @@ import json
 
 import pytest
 
-import service.processing as processing
 from connectors.output import KIP1034_HEADERS, ChangelogSpec
 from connectors.serde import InputSpec, aggregation_fields
 from service.metrics import dead_letter_stat
-from service.processing import DictTaskState, ProcessingFailure, TaskConfig, TaskRunner, process_task_batch
+from service.task.config import TaskConfig
+from service.task.runner import ProcessingFailure, TaskRunner
+from service.task.state import DictTaskState
+from service.worker.cache import WORKER
+from service.worker.run import process_task_batch
 from windowstore import aggregations
 
 AGGS = "count,fragile:amount,max:amount"
@@ -35,7 +38,7 @@ class Fragile(aggregations.Sum):
 @pytest.fixture(autouse=True)
 def _fragile(monkeypatch):
     monkeypatch.setitem(aggregations.BUILTINS, "fragile", Fragile)
-    monkeypatch.setattr(processing, "_CACHE", {})
+    monkeypatch.setattr(WORKER, "entries", {})
 
 
 def config(handler: str, emit: str = "update", batch: bool = True) -> TaskConfig:
@@ -88,7 +91,7 @@ def test_continue_dead_letters_the_record_that_raises_and_aggregates_the_rest_ex
     out2 = run(cfg, state, later, first_offset=len(amounts))
 
     # the same batches without the poison records, on a fresh task
-    processing._CACHE.clear()
+    WORKER.clear()
     clean_state = DictTaskState()
     good = [r for r, a in zip(records(amounts), amounts, strict=True) if a != POISON]
     expected = run(cfg, clean_state, good)

@@ -1,4 +1,4 @@
-"""service.python_daemon: what a reused Python worker does between two tasks (``BetweenTasks``)."""
+"""service.spark.python_daemon: what a reused Python worker does between two tasks (``BetweenTasks``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ pytest.importorskip("pyspark")
 
 import pyspark.daemon
 
-from service import python_daemon
-from service.python_daemon import BetweenTasks
+from service.spark import python_daemon
+from service.spark.python_daemon import BetweenTasks
 
 
 class Node:
@@ -75,7 +75,7 @@ def test_keep_memory_sets_the_allocators_before_the_workers_import_numpy():
 
     code = (
         "import os, sys; os.environ.pop('NUMPY_MADVISE_HUGEPAGE', None); "
-        "from service.python_daemon import keep_memory; print(','.join(keep_memory())); "
+        "from service.spark.python_daemon import keep_memory; print(','.join(keep_memory())); "
         "import numpy; from numpy._core.multiarray import _get_madvise_hugepage; print(_get_madvise_hugepage())"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
@@ -84,7 +84,7 @@ def test_keep_memory_sets_the_allocators_before_the_workers_import_numpy():
         assert "malloc" in out[0].split(",")
     # a value the user set is kept
     code2 = (
-        "import os; os.environ['NUMPY_MADVISE_HUGEPAGE'] = '1'; from service.python_daemon import keep_memory; "
+        "import os; os.environ['NUMPY_MADVISE_HUGEPAGE'] = '1'; from service.spark.python_daemon import keep_memory; "
         "print(keep_memory(), os.environ['NUMPY_MADVISE_HUGEPAGE'])"
     )
     out2 = subprocess.run([sys.executable, "-c", code2], capture_output=True, text=True, check=True).stdout

@@ -1,4 +1,4 @@
-"""service/python_worker.py: the processor's input regrouped a key run at a time gives a processor exactly what
+"""service/spark/python_worker.py: the processor's input regrouped a key run at a time gives a processor exactly what
 pyspark's own worker gives it (checked in Spark, with both workers), and the service's Spark runs it."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
-from service import python_daemon, python_worker  # noqa: E402
-from service.job import python_worker_conf  # noqa: E402
 from service.settings import Settings  # noqa: E402
+from service.spark import python_daemon, python_worker  # noqa: E402
+from service.spark.job import python_worker_conf  # noqa: E402
 
 
 def test_key_runs_split_where_any_key_column_changes():
@@ -62,7 +62,7 @@ except ImportError:  # pragma: no cover
 
 class EchoProcessor(StatefulProcessor):  # type: ignore[misc,valid-type]
     """Yields, per grouping key, what it was handed: the key and every frame (column names, dtypes, index, rows),
-    and whether this worker is service.python_worker."""
+    and whether this worker is service.spark.python_worker."""
 
     def init(self, handle: Any) -> None:
         pass
@@ -162,7 +162,7 @@ def test_the_processor_gets_what_pyspark_gives_it():
     stock, stock_flags = _echo(fast=False)
     fast, fast_flags = _echo(fast=True)
     assert stock_flags == {False}
-    assert fast_flags == {True}, "spark.python.worker.module did not run service.python_worker"
+    assert fast_flags == {True}, "spark.python.worker.module did not run service.spark.python_worker"
     assert len(stock) == 12  # 3 topics x 4 partitions
     assert any(len(s["frames"]) > 1 for s in stock)  # keys span Arrow batches and are cut into several frames
     for s, f in zip(stock, fast, strict=True):

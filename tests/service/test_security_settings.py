@@ -32,7 +32,8 @@ def _env(tls, **extra: str) -> dict[str, str]:
 
 
 def test_one_settings_set_configures_every_client(tls) -> None:
-    from service.job import _kafka_options, task_config
+    from service.driver import task_config
+    from service.spark.job import _kafka_options
 
     s = load(
         [], environ=_env(tls, schema_registry_url="https://registry:8081", schema_registry_basic_auth="sr-user:sr-pass")

@@ -1,10 +1,10 @@
-"""service/job.py's Spark settings that depend on the service's settings (no Spark needed)."""
+"""service/spark/job.py's Spark settings that depend on the service's settings (no Spark needed)."""
 
 from __future__ import annotations
 
 import pytest
 
-from service.job import LOCAL_CHECKPOINT_FILE_MANAGER, checkpoint_file_conf
+from service.spark.job import LOCAL_CHECKPOINT_FILE_MANAGER, checkpoint_file_conf
 
 KEY = "spark.sql.streaming.checkpointFileManagerClass"
 

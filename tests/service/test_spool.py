@@ -1,4 +1,4 @@
-"""service/spool.py: log entries shared between workers through local files."""
+"""service/worker/spool.py: log entries shared between workers through local files."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from service import spool
+from service.worker import spool
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """A processor is freed by reference counting the moment it is dropped: it makes no reference cycle.
 
-It holds a task's windows, and ``service.python_daemon`` freezes what a Python worker holds between two tasks,
+It holds a task's windows, and ``service.spark.python_daemon`` freezes what a Python worker holds between two tasks,
 so the cyclic collector sees a cycle among those objects only every 100th task. Bound methods or closures over
 the processor kept on the processor (or its store) were such cycles.
 """

@@ -1,5 +1,5 @@
 """The Python daemon Spark starts for the service (``spark.python.daemon.module``): pyspark's daemon, whose forked
-workers install :mod:`service.python_worker`'s input path before they run pyspark's worker.
+workers install :mod:`service.spark.python_worker`'s input path before they run pyspark's worker.
 
 pyspark's daemon imports a configured worker module only when its name starts with ``pyspark``, and imports it
 only after the fork (pandas and pyarrow start threads on import). So this daemon wraps the function the daemon's
@@ -8,6 +8,9 @@ child runs after the fork (``pyspark.daemon.worker``): it installs the input pat
 It also changes what the forked worker does between two tasks (:class:`BetweenTasks`): pyspark's daemon runs
 a full ``gc.collect()`` there, which walks every object the worker holds, the cached windows included. And
 before it forks any worker it sets how the workers get memory (:func:`keep_memory`).
+
+Both changes of pyspark's daemon apply only to the pyspark versions they were written for (:mod:`.compat`); on
+another, this module logs one ERROR and pyspark's daemon runs unchanged.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import Any
 
 import pyspark.daemon as _daemon
 
+from service.spark import compat
+
 __all__ = ["MODULE", "worker", "BetweenTasks", "keep_memory"]
 
 logger = logging.getLogger(__name__)
@@ -31,8 +36,8 @@ _pyspark_worker = _daemon.worker
 
 
 def worker(sock: Any, authenticated: bool) -> int:
-    """pyspark's ``daemon.worker`` (in the forked child) after :func:`service.python_worker.install`."""
-    from service.python_worker import install
+    """pyspark's ``daemon.worker`` (in the forked child) after :func:`service.spark.python_worker.install`."""
+    from service.spark.python_worker import install
 
     install()
     return _pyspark_worker(sock, authenticated)
@@ -43,7 +48,7 @@ class BetweenTasks:
     young generations, then freezes what survived (``gc.freeze()``); every :attr:`FULL_EVERY`-th call it
     unfreezes and runs the full collection pyspark runs every time. Everything else is the ``gc`` module's.
 
-    Why: a worker holds its tasks' windows between batches (:mod:`service.processing`'s cache), tens of thousands of
+    Why: a worker holds its tasks' windows between batches (:mod:`service.worker.cache`), tens of thousands of
     objects per task, and a full collection walks all of them after every task (a large share of a task batch with the
     windows full; bench/RESULTS.md and its history), plus the collector's own full collections, which the batches'
     turnover of those objects keeps triggering. Frozen objects are skipped by every collection and still freed by
@@ -120,8 +125,9 @@ def keep_memory() -> list[str]:
     return done
 
 
-_daemon.worker = worker
-_daemon.gc = BetweenTasks()  # type: ignore[assignment]  # a stand-in for the gc module: the daemon's only use of gc: ``gc.collect()`` in the child between tasks
+if compat.patches_apply():
+    _daemon.worker = worker
+    _daemon.gc = BetweenTasks()  # type: ignore[assignment]  # a stand-in for the gc module: the daemon's only use of gc: ``gc.collect()`` in the child between tasks
 
 if __name__ == "__main__":
     keep_memory()

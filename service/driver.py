@@ -1,4 +1,5 @@
-"""The driver: prepare topics and schemas, start the streaming query, report progress, stop cleanly.
+"""The driver: prepare topics and schemas, the task config from the settings, start the streaming query
+(:mod:`service.spark`), report progress and metrics, stop cleanly.
 
 ``run(settings)`` blocks until the query stops (SIGINT/SIGTERM stop it gracefully after the current micro-batch;
 a crash of the process at any point is safe, the next start resumes from the checkpoint).
@@ -8,23 +9,22 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import signal
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from connectors.admin import AdminError, TopicSpec, ensure_topics, partition_counts
 from service import metrics
 from service.checkpoint_access import checkpoint_dir_problem
-from service.processing import TaskConfig
 from service.settings import Settings
+from service.task.config import TaskConfig
+from service.worker.spool import spool_id
 
-if TYPE_CHECKING:
-    from pyspark.sql.streaming import StreamingQueryListener
-
-__all__ = ["prepare", "run", "BatchReport", "ServiceError"]
+__all__ = ["prepare", "run", "task_config", "BatchReport", "ServiceError"]
 
 logger = logging.getLogger(__name__)
 
@@ -131,8 +131,6 @@ def wait_for_inputs(settings: Settings, sleep: Callable[[float], None] = time.sl
 
 def _prepare_outputs(settings: Settings, client: dict[str, str], parts: dict[str, int]) -> TaskConfig:
     """:func:`prepare` once the inputs exist: output topics, schemas, the task config."""
-    from service.job import task_config
-
     if settings.create_topics:
         n = settings.topic_partitions or max(parts.values(), default=1)
         specs = [
@@ -160,6 +158,45 @@ def _prepare_outputs(settings: Settings, client: dict[str, str], parts: dict[str
         finally:
             reg.close()
     return task_config(settings, key_id, value_id)
+
+
+def task_config(settings: Any, key_schema_id: int | None = None, value_schema_id: int | None = None) -> TaskConfig:
+    """The task config the workers get (picklable): the settings a task batch reads, the changelog's schema ids,
+    and this run's spool id and random owners key."""
+    from connectors.output import ChangelogSpec
+    from connectors.producer import producer_config
+    from connectors.serde import InputSpec
+
+    return TaskConfig(
+        time_difference_ms=settings.time_difference_ms,
+        grace_ms=settings.grace_ms,
+        aggregations=settings.aggregations,
+        emit=settings.emit,
+        input=InputSpec.from_settings(settings),
+        changelog=ChangelogSpec(
+            key_format=settings.changelog_key_format,
+            value_format=settings.changelog_format,
+            aggregations=settings.aggregations,
+            key_schema_id=key_schema_id,
+            value_schema_id=value_schema_id,
+        ),
+        changelog_topic=settings.changelog_topic,
+        late_topic=settings.late_topic,
+        dead_letter_topic=settings.dead_letter_topic,
+        state_buckets=settings.state_buckets,
+        state_cache=settings.state_cache,
+        state_snapshot_every=settings.state_snapshot_every,
+        log_spool=spool_id(settings.checkpoint_dir) if settings.state_log_share and settings.state_cache else "",
+        owners=secrets.token_hex(16) if settings.task_owners and settings.state_cache else "",
+        sink=settings.sink,
+        batch_produce=settings.batch_produce,
+        processing_exception_handler=settings.processing_exception_handler,
+        producer=tuple(sorted(producer_config(settings.bootstrap_servers, settings.rdkafka_options()).items()))
+        if settings.sink == "direct"
+        else (),
+        processing_guarantee=settings.processing_guarantee,
+        application_id=settings.app_name,
+    )
 
 
 def _check_kafka_access(settings: Settings, client: dict[str, str]) -> None:
@@ -219,46 +256,34 @@ def processed_offsets(progress_json: str) -> dict[tuple[str, int], int]:
     return out
 
 
-def _listener(
+def _on_progress(
     on_batch: Callable[[BatchReport], None],
     lag: metrics.LagPoller | None = None,
     late_topic: bool = True,
     committer: Any = None,
-) -> StreamingQueryListener:
-    from pyspark.sql.streaming import StreamingQueryListener
+) -> Callable[[Any], None]:
+    """What the driver does with each query progress (:func:`service.spark.listener.query_listener`): the
+    batch's report and metrics, the group's offsets committed (at_least_once, for lag tooling), ``on_batch``."""
 
-    class Listener(StreamingQueryListener):
-        def onQueryStarted(self, event: Any) -> None:
-            logger.info("query started: id %s run %s", event.id, event.runId)
-
-        def onQueryProgress(self, event: Any) -> None:
+    def on_progress(progress: Any) -> None:
+        try:
+            report = _report(progress, lag, late_topic)
+        except Exception:  # never let reporting kill the listener bus
+            logger.exception("cannot read query progress")
+            return
+        if committer is not None:  # at_least_once: the group's offsets for lag tooling, after the batch
             try:
-                report = _report(event.progress, lag, late_topic)
-            except Exception:  # never let reporting kill the listener bus
-                logger.exception("cannot read query progress")
-                return
-            if committer is not None:  # at_least_once: the group's offsets for lag tooling, after the batch
-                try:
-                    committer.commit(processed_offsets(event.progress.json))
-                except Exception:  # monitoring only
-                    logger.warning("cannot commit the processed offsets", exc_info=True)
-            if report.records or report.changelog:
-                on_batch(report)
+                committer.commit(processed_offsets(progress.json))
+            except Exception:  # monitoring only
+                logger.warning("cannot commit the processed offsets", exc_info=True)
+        if report.records or report.changelog:
+            on_batch(report)
 
-        def onQueryIdle(self, event: Any) -> None:
-            metrics.record_idle()  # the query is alive, just without new input
-
-        def onQueryTerminated(self, event: Any) -> None:
-            if event.exception:
-                logger.error("query terminated with an error: %s", event.exception.splitlines()[0])
-            else:
-                logger.info("query stopped")
-
-    return Listener()
+    return on_progress
 
 
 def _failure_line(text: str) -> str:
-    """The line of a query failure that says what happened: a task's :class:`~service.processing.
+    """The line of a query failure that says what happened: a task's :class:`~service.task.runner.
     ProcessingFailure` (partition and offset of the record) when there is one, else the first line."""
     lines = text.splitlines()
     for line in lines:
@@ -275,7 +300,8 @@ def run(
     install_signal_handlers: bool = True,
 ) -> int:
     """Run the service until ``stop`` is set, SIGINT/SIGTERM, or the query fails. Returns an exit code."""
-    from service.job import build_spark, start_query
+    from service.spark.job import build_spark, start_query
+    from service.spark.listener import query_listener
 
     stop = stop or threading.Event()
     t0 = time.monotonic()
@@ -294,9 +320,10 @@ def run(
         from connectors.transactions import GroupCommitter
 
         committer = GroupCommitter(settings.kafka_client_config(), settings.app_name)
-    spark.streams.addListener(
-        _listener(on_batch or (lambda r: logger.info("%s", r.line())), lag, bool(settings.late_topic), committer)
+    on_progress = _on_progress(
+        on_batch or (lambda r: logger.info("%s", r.line())), lag, bool(settings.late_topic), committer
     )
+    spark.streams.addListener(query_listener(on_progress, metrics.record_idle))
     if install_signal_handlers and threading.current_thread() is threading.main_thread():
 
         def _stop(signum: int, _frame: Any) -> None:

@@ -19,9 +19,10 @@ does) and hands out row ranges of it. It gives the processor the same thing:
 
 Everything else is pyspark's worker unchanged: only ``read_udfs`` is wrapped, and only its
 ``transformWithStateInPandas`` function (without initial state) is replaced (:func:`install`, which
-:mod:`service.python_daemon` calls in each forked worker, and :func:`main` without the daemon). The
+:mod:`service.spark.python_daemon` calls in each forked worker, and :func:`main` without the daemon). The
 replacement takes its inputs from the closure of pyspark's function; if that closure does not have the names
-it needs (another pyspark version), the worker logs a warning once and keeps pyspark's function.
+it needs, the worker logs a warning once and keeps pyspark's function. On a pyspark version the patch was not
+written for (:mod:`.compat`) nothing is wrapped: one ERROR, and pyspark's worker runs unchanged.
 ``tests/service/test_python_worker.py`` runs a processor under both workers in Spark and checks it is handed
 the same keys and the same frames, and that the service's setting (``fast_input``) selects this worker.
 """
@@ -34,6 +35,8 @@ import logging
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from service.spark import compat
 
 __all__ = ["MODULE", "main", "key_runs", "fast_transform_with_state", "install"]
 
@@ -225,6 +228,8 @@ def _closure_of(func: Any) -> dict[str, Any] | None:
 
 def install() -> None:
     """Wrap ``pyspark.worker.read_udfs`` so that ``transformWithStateInPandas`` gets the fast input path."""
+    if not compat.patches_apply():
+        return
     import pyspark.worker as worker
     from pyspark.util import PythonEvalType
 
@@ -253,9 +258,9 @@ def install() -> None:
 
 
 def main(infile: Any, outfile: Any) -> None:
-    """The worker's entry point without the daemon (``python -m service.python_worker``; pyspark's daemon only
-    imports worker modules named ``pyspark*``, so it gets :func:`install` from :mod:`service.python_daemon`):
-    pyspark's ``main`` after :func:`install`."""
+    """The worker's entry point without the daemon (``python -m service.spark.python_worker``; pyspark's daemon
+    only imports worker modules named ``pyspark*``, so it gets :func:`install` from
+    :mod:`service.spark.python_daemon`): pyspark's ``main`` after :func:`install`."""
     import pyspark.worker as worker
 
     install()

@@ -2,9 +2,9 @@
 
 Spark hands a task to whichever Python worker is idle, so two workers take turns at a task's batches, and a
 worker whose cached processor is behind must replay the log entries it missed before it can start (see
-:class:`service.processing.TaskState`). That replay sits on the batch's critical path. Here every task batch
+:class:`service.task.state.TaskState`). That replay sits on the batch's critical path. Here every task batch
 also leaves its log entry in a local directory, named by the token it applies to; an idle worker replays the
-entries that follow its cached processors' tokens (``service.processing.spool_catch_up``), so it is usually
+entries that follow its cached processors' tokens (``service.worker.catch_up.spool_catch_up``), so it is usually
 up to date when the task comes back to it.
 
 The files are only a shortcut: the committed state and its log in Spark's state store stay the truth. An

@@ -2,7 +2,7 @@
 
 Spark hands a stateful task to whichever Python worker of the executor is idle, so on 2 cores two workers take
 turns at a task's batches, and a worker whose cached processor is behind has to replay the batches it missed
-(from the state store, or ahead of time from the shared log entries of :mod:`service.spool`): the window
+(from the state store, or ahead of time from the shared log entries of :mod:`service.worker.spool`): the window
 engine's work done twice. With owners, the worker that ran a task's batch keeps the task (it *owns* it: it
 listens on a local socket named after the task). A worker that Spark hands someone else's task forwards the
 batch to the owner and waits; the owner's socket thread runs the batch against the forwarding worker's state
@@ -51,7 +51,10 @@ from dataclasses import replace
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
-from service.processing import CACHE_MAX_TASKS, TaskConfig, TaskOutput, TaskState, drop_cached, worker_busy
+from service.task.config import TaskConfig
+from service.task.runner import TaskOutput
+from service.task.state import TaskState
+from service.worker.cache import CACHE_MAX_TASKS, drop_cached, worker_busy
 
 __all__ = ["SUPPORTED", "RunBatch", "run", "address", "owned", "release_all"]
 

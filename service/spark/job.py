@@ -8,7 +8,7 @@ Plan (one streaming query)::
            state: ValueState "task" (task meta: stream time, emit progress, expiry index; cache token; buckets)
                   MapState  "buckets" (bucket -> {aggregation key: that key's windows as one blob}, written
                             every state_snapshot_every-th batch; negative: the batches since and the
-                            generation before, as log entries - service.processing.TaskState)
+                            generation before, as log entries - service.task.state.TaskState)
            output rows: kind (changelog | late | dlq | stats), topic, key, value, headers, stats (counters)
       -> observe("slidingwindow", sums of the counters)           counts reach the driver's query progress
       -> where kind != 'stats' -> kafka sink (topic column routes each row)          sink=spark
@@ -23,7 +23,7 @@ figures in bench/RESULTS.md and its history).
 Per micro-batch and task the processor reads the task meta once, loads a key's windows from the MapState the
 first time that key is touched (lazy loader), and writes either a snapshot - the buckets of the keys whose
 windows changed, plus the meta - or, between snapshots, one log entry with the batch's decoded records (their keys,
-times and aggregated fields; see :class:`~service.processing.TaskState`; DESIGN.md: state calls are JVM round trips).
+times and aggregated fields; see :class:`~service.task.state.TaskState`; DESIGN.md: state calls are JVM round trips).
 Records are sorted by offset inside the task, so a replayed micro-batch (after a crash) reproduces exactly the same
 state and output; both sinks are at-least-once, so a replay may repeat identical updates.
 """
@@ -32,16 +32,18 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import sys
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from connectors.producer import PRODUCER_DEFAULTS, producer_config, producer_for
-from service import owners
-from service.processing import STATS_FIELDS, TaskConfig, TaskOutput, TaskRunner, TaskState, process_task_batch
-from service.spool import spool_id
+from connectors.producer import PRODUCER_DEFAULTS
+from service.spark import compat
+from service.task.config import TaskConfig
+from service.task.runner import TaskOutput
+from service.task.state import TaskState
+from service.task.stats import STATS_FIELDS
+from service.worker import owners
+from service.worker.run import run_batch
 
 if TYPE_CHECKING:  # pyspark and pandas are imported where they run, so that this module loads without them
     import pandas as pd
@@ -52,7 +54,6 @@ if TYPE_CHECKING:  # pyspark and pandas are imported where they run, so that thi
 __all__ = [
     "OUTPUT_SCHEMA",
     "WindowTaskProcessor",
-    "task_config",
     "build_spark",
     "checkpoint_file_conf",
     "python_worker_conf",
@@ -66,7 +67,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: the processor's output rows: output records (changelog | late | dlq) and one "stats" row per task and batch
-#: whose ``stats`` array holds the :data:`~service.processing.STATS_FIELDS` counters in that order. One array
+#: whose ``stats`` array holds the :data:`~service.task.stats.STATS_FIELDS` counters in that order. One array
 #: column rather than a column per counter: PySpark converts each output column from pandas to Arrow
 #: separately (a fixed cost per column and frame), and every task returns at least one frame per batch.
 OUTPUT_SCHEMA = (
@@ -85,53 +86,7 @@ OBSERVATION = "slidingwindow"
 SINK_PRODUCER_DEFAULTS = {f"kafka.{k}": v for k, v in PRODUCER_DEFAULTS.items()}
 
 
-def task_config(settings: Any, key_schema_id: int | None = None, value_schema_id: int | None = None) -> TaskConfig:
-    from connectors.output import ChangelogSpec
-    from connectors.serde import InputSpec
-
-    return TaskConfig(
-        time_difference_ms=settings.time_difference_ms,
-        grace_ms=settings.grace_ms,
-        aggregations=settings.aggregations,
-        emit=settings.emit,
-        input=InputSpec.from_settings(settings),
-        changelog=ChangelogSpec(
-            key_format=settings.changelog_key_format,
-            value_format=settings.changelog_format,
-            aggregations=settings.aggregations,
-            key_schema_id=key_schema_id,
-            value_schema_id=value_schema_id,
-        ),
-        changelog_topic=settings.changelog_topic,
-        late_topic=settings.late_topic,
-        dead_letter_topic=settings.dead_letter_topic,
-        state_buckets=settings.state_buckets,
-        state_cache=settings.state_cache,
-        state_snapshot_every=settings.state_snapshot_every,
-        log_spool=spool_id(settings.checkpoint_dir) if settings.state_log_share and settings.state_cache else "",
-        owners=secrets.token_hex(16) if settings.task_owners and settings.state_cache else "",
-        sink=settings.sink,
-        batch_produce=settings.batch_produce,
-        processing_exception_handler=settings.processing_exception_handler,
-        producer=tuple(sorted(producer_config(settings.bootstrap_servers, settings.rdkafka_options()).items()))
-        if settings.sink == "direct"
-        else (),
-        processing_guarantee=settings.processing_guarantee,
-        application_id=settings.app_name,
-    )
-
-
 # ------------------------------------------------------------------------------------------------ the processor
-_RUNNERS: dict[TaskConfig, TaskRunner] = {}
-
-
-def _runner(config: TaskConfig) -> TaskRunner:
-    r = _RUNNERS.get(config)
-    if r is None:
-        r = _RUNNERS[config] = TaskRunner(config)
-    return r
-
-
 try:
     from pyspark.sql.streaming import StatefulProcessor as _StatefulProcessorBase
 except ImportError:  # pragma: no cover - pyspark is part of the service extra
@@ -230,156 +185,6 @@ class WindowTaskProcessor(_StatefulProcessorBase):
         pass
 
 
-def run_batch(
-    config: TaskConfig,
-    state: TaskState,
-    topic: str,
-    partition: int,
-    offsets: Sequence[int],
-    keys: Sequence[Any],
-    values: Sequence[Any],
-    timestamps: Sequence[Any],
-) -> TaskOutput:
-    """One task batch in this Python worker (:func:`service.processing.process_task_batch`); with the direct
-    sink its rows are produced here and acknowledged before it returns (a failure fails the batch)."""
-    if config.processing_guarantee == "exactly_once":
-        return run_batch_exactly_once(config, state, topic, partition, offsets, keys, values, timestamps)
-    producer = producer_for(dict(config.producer), config.batch_produce) if config.sink == "direct" else None
-
-    def send(o: TaskOutput) -> None:
-        producer.send(o.topic, o.key, o.value, o.headers)  # type: ignore[union-attr]
-        producer.send_rows(o.changelog_topic, o.changelog_keys, o.changelog_values)  # type: ignore[union-attr]
-
-    out = process_task_batch(
-        _runner(config),
-        state,
-        topic,
-        partition,
-        offsets,
-        keys,
-        values,
-        timestamps,
-        # direct sink: the rows are handed to the producer before the state is written ...
-        on_output=None if producer is None else send,
-    )
-    if producer is not None:
-        # ... and acknowledged before this task's micro-batch can complete
-        t0 = time.perf_counter_ns()
-        producer.wait()
-        out.stats["produce_ns"] += time.perf_counter_ns() - t0
-    return out
-
-
-def run_batch_exactly_once(
-    config: TaskConfig,
-    state: TaskState,
-    topic: str,
-    partition: int,
-    offsets: Sequence[int],
-    keys: Sequence[Any],
-    values: Sequence[Any],
-    timestamps: Sequence[Any],
-) -> TaskOutput:
-    """One task batch in ONE Kafka transaction with its input offset (:mod:`connectors.transactions`).
-
-    The batch's end (last offset + 1) already committed to the group: the batch is a replay of one whose
-    transaction committed (a crash between that commit and Spark's checkpoint, or a retried task). It is
-    processed again - the state must be what it was - but produces nothing, and its counters are zeroed
-    (:data:`~service.processing.REPLAY_ZEROED`). Otherwise the rows go to the transaction as soon as they are
-    made (before the state is written), and the transaction commits after the state is written and before the
-    task completes: Spark commits the state only after that, so state and output never disagree for long - a
-    crash in between replays the batch, which then finds its offset committed. A fenced or aborted transaction
-    (the task ran elsewhere meanwhile, the broker restarted) is redone with a new producer, up to
-    ``ATTEMPTS`` times; then the batch fails and Spark replays it."""
-    from confluent_kafka import KafkaException
-
-    from connectors.transactions import ATTEMPTS, TransactionFailed, task_producer
-    from service.processing import REPLAY_ZEROED
-
-    txn = task_producer(dict(config.producer), config.application_id, topic, partition, config.batch_produce)
-    end = int(offsets[-1]) + 1
-    aborted = 0
-    committed: int | None = None
-    for attempt in range(ATTEMPTS):
-        try:
-            committed = txn.committed()
-            break
-        except KafkaException as e:
-            txn.recover(e)
-            if attempt == ATTEMPTS - 1:
-                raise TransactionFailed(
-                    f"cannot read the committed offset of {topic}-{partition} in group {config.application_id}: {e}"
-                ) from e
-    if committed is not None and committed >= end:
-        out = process_task_batch(_runner(config), state, topic, partition, offsets, keys, values, timestamps)
-        for name in REPLAY_ZEROED:
-            out.stats[name] = 0
-        out.stats["txn_skipped"] = 1
-        return out
-    if committed is not None and committed > int(offsets[0]):
-        logger.warning(
-            "the group %s committed %s-%d at %d, inside this batch's offsets %d..%d: its output is "
-            "written again (was the checkpoint replaced?)",
-            config.application_id,
-            topic,
-            partition,
-            committed,
-            offsets[0],
-            end - 1,
-        )
-
-    def send(o: TaskOutput) -> None:
-        txn.begin()
-        txn.send(o.topic, o.key, o.value, o.headers)
-        txn.send_rows(o.changelog_topic, o.changelog_keys, o.changelog_values)
-
-    failed: list[Exception] = []
-
-    def first_send(o: TaskOutput) -> None:
-        try:
-            send(o)
-        except KafkaException as e:  # redone below with a new producer
-            failed.append(e)
-            txn.recover(e)
-
-    out = process_task_batch(
-        _runner(config), state, topic, partition, offsets, keys, values, timestamps, on_output=first_send
-    )
-    t0 = time.perf_counter_ns()
-    for attempt in range(ATTEMPTS + 1):
-        try:
-            if failed:
-                aborted += 1
-                if attempt == ATTEMPTS:
-                    raise TransactionFailed(
-                        f"the transaction of {topic}-{partition} failed {ATTEMPTS} times: {failed[-1]}"
-                    ) from failed[-1]
-                logger.info("the transaction of %s-%d failed (%s); redoing it", topic, partition, failed[-1])
-                # fenced: someone else ran this task meanwhile - did it commit this very batch?
-                covered = txn.committed()
-                if covered is not None and covered >= end:
-                    for name in REPLAY_ZEROED:
-                        out.stats[name] = 0
-                    out.stats["txn_skipped"] = 1
-                    out.stats["txn_aborted"] = aborted
-                    return out
-                failed.clear()
-                send(out)
-            txn.commit(end)
-            break
-        except KafkaException as e:
-            failed.append(e)
-            txn.recover(e)
-    else:  # pragma: no cover - every path above breaks, returns or raises
-        raise TransactionFailed(f"the transaction of {topic}-{partition} did not commit")
-    s = out.stats
-    s["txn_commit_ns"] = time.perf_counter_ns() - t0
-    s["produce_ns"] += s["txn_commit_ns"]
-    s["txn_committed"] = 1
-    s["txn_aborted"] = aborted
-    return out
-
-
 def _rows_frame(out: TaskOutput) -> pd.DataFrame:
     """The output rows of a task batch as a frame of :data:`OUTPUT_SCHEMA` (for Spark's Kafka sink)."""
     import numpy as np
@@ -464,21 +269,22 @@ def checkpoint_file_conf(checkpoint_dir: str) -> dict[str, str]:
 #: the Python daemon and worker modules of ``fast_input`` (pyspark's daemon imports a worker module of its own
 #: only when the name starts with "pyspark", so the daemon is ours too)
 PYTHON_WORKER_MODULES = {
-    "spark.python.daemon.module": "service.python_daemon",
-    "spark.python.worker.module": "service.python_worker",
+    "spark.python.daemon.module": "service.spark.python_daemon",
+    "spark.python.worker.module": "service.spark.python_worker",
 }
 
 
 def python_worker_conf(fast_input: bool) -> dict[str, str]:
-    """The Python daemon and worker modules: :mod:`service.python_daemon` and :mod:`service.python_worker`
-    (pyspark's, with the processor's input regrouped a key run at a time) when ``fast_input`` is on, else
-    pyspark's own. ``spark_conf`` overrides them."""
-    return dict(PYTHON_WORKER_MODULES) if fast_input else {}
+    """The Python daemon and worker modules: :mod:`.python_daemon` and :mod:`.python_worker` (pyspark's, with
+    the processor's input regrouped a key run at a time) when ``fast_input`` is on and the installed pyspark is
+    one they were written for (:func:`.compat.patches_apply`; else one ERROR), else pyspark's own. ``spark_conf``
+    overrides them."""
+    return dict(PYTHON_WORKER_MODULES) if fast_input and compat.patches_apply() else {}
 
 
 def _quiet_spark_logging() -> None:
     """Point the driver JVM at the project's log4j2 config (WARN, without the per-miss state-server WARN)."""
-    cfg = os.path.join(os.path.dirname(__file__), "log4j2.properties")
+    cfg = os.path.join(os.path.dirname(os.path.dirname(__file__)), "log4j2.properties")  # service/
     if os.path.exists(cfg) and "PYSPARK_SUBMIT_ARGS" not in os.environ:
         os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-java-options -Dlog4j2.configurationFile=file:{cfg} pyspark-shell"
 

@@ -1,0 +1,223 @@
+"""One task batch against its committed state: bring the processor there (a worker's cached processor, caught
+up through the log, or the snapshot plus the log), run the batch (:class:`~service.task.runner.TaskRunner`), and
+write a snapshot or a log entry (:class:`~service.task.state.TaskState`).
+
+The worker's cache of processors is passed in (:class:`TaskCache`: :class:`service.worker.cache.WorkerCache`
+in a Python worker); this module holds no process state of its own.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol, cast
+
+from connectors.schema_registry import SchemaRegistryUnavailable
+from connectors.serde import Decoded
+from service.task.config import TaskConfig
+from service.task.runner import TaskOutput, TaskRunner, run_isolating
+from service.task.state import (
+    BucketSource,
+    TaskState,
+    Token,
+    bucket_of,
+    encode_bucket,
+    encode_log,
+    log_slot,
+    new_processor,
+    read_log,
+)
+from windowstore import SlidingWindowProcessor
+
+__all__ = ["TaskKey", "CachedTask", "TaskCache", "process_task_batch"]
+
+#: a cached task: (task config, topic, partition)
+TaskKey = tuple[TaskConfig, str, int]
+
+
+class CachedTask:
+    """A task's processor kept in a Python worker between micro-batches, valid while ``token`` matches."""
+
+    __slots__ = ("token", "proc", "source", "runner")
+
+    def __init__(self, token: str, proc: SlidingWindowProcessor, source: BucketSource, runner: TaskRunner) -> None:
+        self.token = token
+        self.proc = proc
+        self.source = source
+        self.runner = runner
+
+
+class TaskCache(Protocol):
+    """A worker's processors kept between micro-batches (:class:`service.worker.cache.WorkerCache`)."""
+
+    def take(self, key: TaskKey) -> CachedTask | None:
+        """Remove and return the task's entry (a failed batch then leaves none behind)."""
+        ...
+
+    def keep(self, key: TaskKey, entry: CachedTask, applied_to: str, log: bytes) -> None:
+        """Keep the task's processor after a batch that took the state from token ``applied_to`` to
+        ``entry.token`` with the log entry ``log``."""
+        ...
+
+
+def process_task_batch(
+    runner: TaskRunner,
+    state: TaskState,
+    topic: str,
+    partition: int,
+    offsets: Sequence[int],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    timestamps: Sequence[int | None],
+    emit_time_ms: int | None = None,
+    on_output: Callable[[TaskOutput], None] | None = None,
+    cache: TaskCache | None = None,
+) -> TaskOutput:
+    """One micro-batch of one task against external state: bring the processor to the committed state (the
+    worker's cached processor when the token matches; the cached processor plus the log entries it has not
+    seen when it is behind; else the snapshot - task meta now, key buckets lazily - plus the whole log),
+    process the records (offset order), expire, and write either a snapshot (every ``state_snapshot_every``-th
+    batch: the changed buckets, the meta, the log deleted) or one log entry, with a new token (:class:`TaskState`).
+
+    ``on_output`` is called with the output rows as soon as they are made, before the state is written (the
+    direct sink hands them to its producer there, so they travel while the state is written); its time is
+    counted in ``produce_ns``, not ``process_ns``.
+
+    ``cache`` is the worker's cache of processors (none: every batch restores from the state); the worker runs
+    one batch at a time against it (:func:`service.worker.run.process_task_batch`), which also shares the log
+    entry with the machine's other workers when ``log_spool`` is set (:mod:`service.worker.spool`)."""
+    cfg = runner.config
+    use_cache = cfg.state_cache and cache is not None
+    t_start = time.perf_counter_ns()
+    task = state.get_task()
+    cache_key = (cfg, topic, partition)
+    # taken: a failure below leaves no half-updated entry behind
+    cached = cache.take(cache_key) if cache is not None else None
+    if task is not None:
+        meta, token, n_buckets = task
+    else:
+        meta, token, n_buckets = None, "", cfg.state_buckets
+    cur = Token.parse(token)
+    hit = cached is not None and use_cache and task is not None and cached.token == token
+    proc: SlidingWindowProcessor | None = None
+    plan: list[tuple[int, int]] | None = [] if hit else None  # log entries (parity, i) to replay
+    first: tuple[str, Decoded] | None = None
+    if hit:
+        proc, source = cached.proc, cached.source  # type: ignore[union-attr]
+        source.bind(state)
+    elif cached is not None and use_cache and task is not None:
+        # behind? the first entry it needs must have been applied to its token
+        plan = cur.catch_up(Token.parse(cached.token))
+        if plan:
+            first = read_log(state, *plan[0], cfg.value_fields)
+            if first[0] == cached.token:
+                proc, source = cached.proc, cached.source
+                source.bind(state)
+            else:
+                plan, first = None, None
+    if proc is None:
+        proc, source = new_processor(cfg, meta, n_buckets)
+        source.bind(state)
+        plan = [(cur.parity, i) for i in range(cur.entries)]
+    for n, (parity, i) in enumerate(plan):  # type: ignore[arg-type]
+        entry = first if n == 0 and first is not None else read_log(state, parity, i, cfg.value_fields)
+        runner.replay(proc, entry[1])
+    read_start = time.perf_counter_ns() - t_start
+    try:
+        try:
+            out = runner.run(proc, topic, partition, offsets, keys, values, timestamps, emit_time_ms)
+        except SchemaRegistryUnavailable:
+            raise  # not a record's fault: the batch fails and Spark retries it
+        except Exception as exc:  # the processing exception handler
+            source.release()
+            proc, source, out = run_isolating(
+                runner,
+                state,
+                meta,
+                n_buckets,
+                cur,
+                topic,
+                partition,
+                offsets,
+                keys,
+                values,
+                timestamps,
+                emit_time_ms,
+                exc,
+            )
+        output_ns = 0
+        if on_output is not None:
+            t0 = time.perf_counter_ns()
+            on_output(out)
+            output_ns = time.perf_counter_ns() - t0
+
+        t0 = time.perf_counter_ns()
+        read_before_write = source.read_ns
+        expired_before = proc.store.expired
+        proc.expire()
+        changed: dict[int, dict[str, bytes | None]] = {}
+        written = deleted = 0
+        snapshot_now = task is None or cur.entries + 1 >= _generation_length(cfg.state_snapshot_every, cur, partition)
+        # every batch after the first logs its records; a snapshot batch's entry closes its generation, so a
+        # worker that is behind it still catches up through the log (a new task's too: shared as its first entry,
+        # applied to "")
+        assert out.decoded is not None  # TaskRunner.run sets it
+        log = encode_log(token, out.decoded, cfg.value_fields)
+        if task is not None:
+            state.put_bucket(log_slot(cur.entries, cur.parity), log)
+        if snapshot_now:
+            for k, blob in proc.export_keys(proc.dirty_keys()).items():
+                key = cast(str, k)  # the service's aggregation keys are str (decoded record keys)
+                changed.setdefault(bucket_of(key, n_buckets), {})[key] = blob
+            for b, bucket_entries in changed.items():
+                data = source.bucket(b)  # a bucket no key was loaded from (new keys only) is read before rewriting
+                for k, blob in bucket_entries.items():
+                    if blob is None:
+                        data.pop(k, None)
+                    else:
+                        data[k] = blob
+                if data:
+                    state.put_bucket(b, encode_bucket(data))
+                    written += 1
+                else:
+                    state.delete_bucket(b)
+                    source.buckets.pop(b, None)
+                    deleted += 1
+            for i in range(cur.previous_entries):  # the generation before this one's
+                state.delete_bucket(log_slot(i, 1 - cur.parity))
+            proc.clear_dirty_keys()
+            new_token = str(cur.snapshotted())
+            state.set_task(proc.export_meta(), new_token, n_buckets)
+        else:  # the snapshot's meta stays; the keys stay dirty until the next snapshot writes them
+            new_token = str(cur.logged())
+            state.set_task(meta, new_token, n_buckets)  # type: ignore[arg-type]
+    finally:
+        source.release()
+    if use_cache:
+        cache.keep(cache_key, CachedTask(new_token, proc, source, runner), token, log)  # type: ignore[union-attr]
+    loaded, read_ns = source.loaded, source.read_ns + read_start
+    s = out.stats
+    s["windows_expired"] += proc.store.expired - expired_before
+    s["state_cache_hit"] = int(hit)
+    s["state_log_replayed"] = len(plan)  # type: ignore[arg-type]
+    s["state_snapshot"] = int(snapshot_now)
+    s["state_windows"] = len(proc.store)
+    s["state_buckets_loaded"] = loaded
+    s["state_buckets_written"] = written
+    s["state_buckets_deleted"] = deleted
+    s["state_keys_written"] = sum(1 for e in changed.values() for v in e.values() if v is not None)
+    s["state_read_ns"] = read_ns
+    s["state_write_ns"] = time.perf_counter_ns() - t0 - (source.read_ns - read_before_write)
+    s["produce_ns"] = output_ns
+    s["process_ns"] = time.perf_counter_ns() - t_start - output_ns
+    return out
+
+
+def _generation_length(every: int, cur: Token, partition: int) -> int:
+    """Log entries before the next snapshot. The first generation after a task's creation is shortened by a
+    phase that depends on its partition (0, 3, 6, 1, ... for ``every`` = 8), so the tasks of a topic, created
+    in the same micro-batch, do not all write their snapshots in the same later batches: each snapshot batch
+    carries one or two tasks' snapshot writes instead of all of them. Later generations are ``every`` long."""
+    if cur.previous:
+        return every
+    return every - (3 * partition) % every

@@ -1,0 +1,102 @@
+"""A Python worker's cache of task processors, kept between micro-batches, and what guards it.
+
+Python workers are reused across micro-batches (``spark.python.worker.reuse``); a cached processor is used only
+if its token equals the token in the committed state (:func:`service.task.batch.process_task_batch`), so a
+retried batch, a restart or another worker's write always falls back to the state store. A worker process has
+one :data:`WORKER`; tests make more to play several workers in one process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from service.task.batch import CachedTask, TaskKey
+from service.task.config import TaskConfig
+from service.worker import spool
+
+__all__ = ["CACHE_MAX_TASKS", "WorkerCache", "WORKER", "drop_cached", "worker_busy"]
+
+#: tasks a worker keeps processors of (the oldest goes first)
+CACHE_MAX_TASKS = 64
+
+
+class WorkerCache:
+    """One worker's processors by task (``entries``), the lock a task batch holds for its whole run (and the
+    catch-up thread for one shared entry at a time), how many task batches wait for it, and the tasks whose
+    shared entries failed to replay here (``not_adopted``: not built from their first entry again - a task batch
+    brings them back from the store - so a bad entry is one warning, not one per poll)."""
+
+    def __init__(self, max_tasks: int = CACHE_MAX_TASKS) -> None:
+        self.entries: dict[TaskKey, CachedTask] = {}
+        self.max_tasks = max_tasks
+        self.lock = threading.Lock()
+        self.waiting = 0  # task batches waiting for the lock: the catch-up thread steps aside
+        self._waiting_lock = threading.Lock()  # several threads start task batches (owners): += is not atomic
+        self.not_adopted: set[TaskKey] = set()
+        #: entries the catch-up thread replayed since the last task batch, and their ns
+        self.shared_since_task = (0, 0)
+        self.catch_up_thread: threading.Thread | None = None
+        self.catch_up_stop = threading.Event()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.entries
+
+    def take(self, key: TaskKey) -> CachedTask | None:
+        """Remove and return a task's entry (a batch that fails leaves none behind)."""
+        return self.entries.pop(key, None)
+
+    def keep(self, key: TaskKey, entry: CachedTask, applied_to: str, log: bytes) -> None:
+        """Keep a task's processor after its batch; with ``log_spool`` leave the batch's log entry (applied to
+        ``applied_to``) for the machine's other workers (:mod:`service.worker.spool`)."""
+        self.add(key, entry)
+        cfg, topic, partition = key
+        if cfg.log_spool:
+            spool.put(cfg.log_spool, topic, partition, applied_to, entry.token, log)
+
+    def add(self, key: TaskKey, entry: CachedTask) -> None:
+        """Hold ``entry`` for ``key``, dropping the oldest entry when full."""
+        if key not in self.entries and len(self.entries) >= self.max_tasks:
+            self.entries.pop(next(iter(self.entries)))
+        self.entries[key] = entry
+
+    def drop(self, config: TaskConfig, topic: str, partition: int) -> None:
+        """Forget a task's processor (another worker takes the task over)."""
+        self.entries.pop((config, topic, partition), None)
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+    def busy(self) -> bool:
+        """Whether a task batch runs in this worker now (or one waits to)."""
+        return self.lock.locked() or self.waiting > 0
+
+    @contextmanager
+    def turn(self) -> Iterator[tuple[int, int]]:
+        """Hold the worker lock for one task batch, ahead of the catch-up thread; yields what that thread
+        replayed since the previous task batch (entries, ns) and starts that count again."""
+        with self._waiting_lock:
+            self.waiting += 1
+        with self.lock:
+            with self._waiting_lock:
+                self.waiting -= 1
+            shared, self.shared_since_task = self.shared_since_task, (0, 0)
+            yield shared
+
+
+#: this process's worker cache
+WORKER = WorkerCache()
+
+
+def drop_cached(config: TaskConfig, topic: str, partition: int) -> None:
+    """Forget this worker's cached processor of a task (another worker takes the task over)."""
+    WORKER.drop(config, topic, partition)
+
+
+def worker_busy() -> bool:
+    """Whether a task batch runs in this worker now (or one waits to)."""
+    return WORKER.busy()
