@@ -649,3 +649,41 @@ def test_the_tasks_of_a_topic_write_their_snapshots_in_different_batches():
     for p in range(4):
         at = [n for n, ps in snapshots.items() if p in ps and n]
         assert at and all(b - a == 8 for a, b in pairwise(at))
+
+
+def test_a_field_most_records_lack_is_one_warning_naming_it_and_counted(caplog):
+    """A typo in the aggregations (``sum:amout`` for records with ``amount``): every record lacks the field, so
+    each is a dead letter (schema-mismatch), counted in ``missing_field_records``, and the batch logs a WARNING
+    that names the field (likely a typo, not bad producers)."""
+    aggs = "count,sum:amout"
+    cfg = TaskConfig(
+        1000,
+        300,
+        aggs,
+        "update",
+        InputSpec(fields=aggregation_fields(aggs)),
+        ChangelogSpec("json", "json", aggs),
+        "out",
+        "late",
+        "dlq",
+    )
+    n = 6
+    values = [json.dumps({"amount": i + 1, "note": "x"}).encode() for i in range(n)]
+    with caplog.at_level("WARNING", logger="service.processing"):
+        out = process_task_batch(
+            TaskRunner(cfg),
+            DictTaskState(),
+            "in",
+            0,
+            list(range(n)),
+            [b"k"] * n,
+            values,
+            [1000 + 10 * i for i in range(n)],
+            emit_time_ms=5,
+        )
+    warnings = [r for r in caplog.records if r.levelname == "WARNING" and "'amout'" in r.getMessage()]
+    assert len(warnings) == 1, [r.getMessage() for r in caplog.records]
+    assert f"{n} of {n} records of in-0" in warnings[0].getMessage() and "typo" in warnings[0].getMessage()
+    assert out.stats["missing_field_records"] == n and out.stats["dead_lettered"] == n
+    dlq = [h for kind, _t, _k, _v, h in out.rows() if kind == "dlq"]
+    assert len(dlq) == n and {dict(h)["error"] for h in dlq} == {b"schema-mismatch"}
