@@ -6,8 +6,10 @@ a crash of the process at any point is safe, the next start resumes from the che
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import re
 import signal
 import threading
 import time
@@ -24,7 +26,7 @@ from service.settings import Settings
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQueryListener
 
-__all__ = ["prepare", "run", "BatchReport", "ServiceError"]
+__all__ = ["prepare", "run", "BatchReport", "ServiceError", "failure_line"]
 
 logger = logging.getLogger(__name__)
 
@@ -249,22 +251,34 @@ def _listener(
             metrics.record_idle()  # the query is alive, just without new input
 
         def onQueryTerminated(self, event: Any) -> None:
-            if event.exception:
-                logger.error("query terminated with an error: %s", event.exception.splitlines()[0])
+            if event.exception:  # run() logs the one ERROR line once the query has stopped
+                logger.debug("query terminated with an error: %s", failure_line(event.exception))
             else:
                 logger.info("query stopped")
 
     return Listener()
 
 
-def _failure_line(text: str) -> str:
+def failure_line(text: str) -> str:
     """The line of a query failure that says what happened: a task's :class:`~service.processing.
-    ProcessingFailure` (partition and offset of the record) when there is one, else the first line."""
+    ProcessingFailure` (partition and offset of the record) when there is one; for another exception of a
+    Python worker, Spark's first line with the worker's exception (the last ``Name: message`` line of its
+    traceback) in place of the traceback; else the first line."""
     lines = text.splitlines()
     for line in lines:
         if "ProcessingFailure: " in line:
             return line[line.index("ProcessingFailure: ") + len("ProcessingFailure: ") :].strip()
-    return lines[0] if lines else ""
+    first = lines[0] if lines else ""
+    head, found, _ = first.partition("Traceback (most recent call last):")
+    python = itertools.takewhile(lambda ln: not ln.startswith(("\tat ", "Caused by: ")), lines[1:])  # not the JVM's
+    raised = [ln.strip() for ln in python if _EXCEPTION_LINE.match(ln)]
+    if found and raised:
+        return f"{head.rstrip()} {raised[-1]}"
+    return first
+
+
+#: the line of a Python traceback that names the exception: ``module.Name: message`` at the start of a line
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failure|Exit|Interrupt|Warning)\b(: .*)?$")
 
 
 def run(
@@ -315,9 +329,14 @@ def run(
         settings.grace_ms,
         settings.checkpoint_dir,
     )
+    from pyspark.errors import StreamingQueryException
+
     try:
         while not stop.is_set() and query.isActive:
-            query.awaitTermination(0.5)  # type: ignore[arg-type]  # pyspark annotates int; it takes seconds as float
+            try:
+                query.awaitTermination(0.5)  # type: ignore[arg-type]  # pyspark annotates int; takes float seconds
+            except StreamingQueryException:  # the query failed: raised here, reported below from query.exception()
+                break
     finally:
         if query.isActive:
             query.stop()
@@ -328,6 +347,7 @@ def run(
         committer.close()
     spark.stop()
     if exc is not None:
-        logger.error("the streaming query failed: %s", _failure_line(str(exc)) or exc)
+        logger.error("the streaming query failed: %s", failure_line(str(exc)) or exc)
+        logger.debug("the query's exception in full: %s", exc)
         return 1
     return 0
