@@ -42,15 +42,16 @@ def config(
     cache: bool = True,
     snapshot_every: int = TaskConfig.state_snapshot_every,
     spool: str = "",
+    aggs: str = AGGS,
     **spec_kw,
 ) -> TaskConfig:
     return TaskConfig(
         td,
         grace,
-        AGGS,
+        aggs,
         emit,
-        InputSpec(fields=aggregation_fields(AGGS), **spec_kw),
-        ChangelogSpec("json", "json", AGGS),
+        InputSpec(fields=aggregation_fields(aggs), **spec_kw),
+        ChangelogSpec("json", "json", aggs),
         "out",
         "late",
         "dlq",
@@ -655,18 +656,7 @@ def test_a_field_most_records_lack_is_one_warning_naming_it_and_counted(caplog):
     """A typo in the aggregations (``sum:amout`` for records with ``amount``): every record lacks the field, so
     each is a dead letter (schema-mismatch), counted in ``missing_field_records``, and the batch logs a WARNING
     that names the field (likely a typo, not bad producers)."""
-    aggs = "count,sum:amout"
-    cfg = TaskConfig(
-        1000,
-        300,
-        aggs,
-        "update",
-        InputSpec(fields=aggregation_fields(aggs)),
-        ChangelogSpec("json", "json", aggs),
-        "out",
-        "late",
-        "dlq",
-    )
+    cfg = config("update", aggs="count,sum:amout")
     n = 6
     values = [json.dumps({"amount": i + 1, "note": "x"}).encode() for i in range(n)]
     with caplog.at_level("WARNING", logger="service.processing"):
