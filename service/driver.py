@@ -7,8 +7,10 @@ a crash of the process at any point is safe, the next start resumes from the che
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import re
 import secrets
 import signal
 import threading
@@ -24,7 +26,7 @@ from service.settings import Settings
 from service.task.config import TaskConfig
 from service.worker.spool import spool_id
 
-__all__ = ["prepare", "run", "task_config", "BatchReport", "ServiceError"]
+__all__ = ["prepare", "run", "task_config", "BatchReport", "ServiceError", "failure_line"]
 
 logger = logging.getLogger(__name__)
 
@@ -282,14 +284,26 @@ def _on_progress(
     return on_progress
 
 
-def _failure_line(text: str) -> str:
+def failure_line(text: str) -> str:
     """The line of a query failure that says what happened: a task's :class:`~service.task.runner.
-    ProcessingFailure` (partition and offset of the record) when there is one, else the first line."""
+    ProcessingFailure` (partition and offset of the record) when there is one; for another exception of a
+    Python worker, Spark's first line with the worker's exception (the last ``Name: message`` line of its
+    traceback) in place of the traceback; else the first line."""
     lines = text.splitlines()
     for line in lines:
         if "ProcessingFailure: " in line:
             return line[line.index("ProcessingFailure: ") + len("ProcessingFailure: ") :].strip()
-    return lines[0] if lines else ""
+    first = lines[0] if lines else ""
+    head, found, _ = first.partition("Traceback (most recent call last):")
+    python = itertools.takewhile(lambda ln: not ln.startswith(("\tat ", "Caused by: ")), lines[1:])  # not the JVM's
+    raised = [ln.strip() for ln in python if _EXCEPTION_LINE.match(ln)]
+    if found and raised:
+        return f"{head.rstrip()} {raised[-1]}"
+    return first
+
+
+#: the line of a Python traceback that names the exception: ``module.Name: message`` at the start of a line
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failure|Exit|Interrupt|Warning)\b(: .*)?$")
 
 
 def run(
@@ -300,7 +314,7 @@ def run(
     install_signal_handlers: bool = True,
 ) -> int:
     """Run the service until ``stop`` is set, SIGINT/SIGTERM, or the query fails. Returns an exit code."""
-    from service.spark.job import build_spark, start_query
+    from service.spark.job import await_termination, build_spark, start_query
     from service.spark.listener import query_listener
 
     stop = stop or threading.Event()
@@ -343,8 +357,8 @@ def run(
         settings.checkpoint_dir,
     )
     try:
-        while not stop.is_set() and query.isActive:
-            query.awaitTermination(0.5)  # type: ignore[arg-type]  # pyspark annotates int; it takes seconds as float
+        while not stop.is_set() and not await_termination(query, 0.5):
+            pass  # a failed query ends the wait too; reported below from query.exception()
     finally:
         if query.isActive:
             query.stop()
@@ -355,6 +369,7 @@ def run(
         committer.close()
     spark.stop()
     if exc is not None:
-        logger.error("the streaming query failed: %s", _failure_line(str(exc)) or exc)
+        logger.error("the streaming query failed: %s", failure_line(str(exc)) or exc)
+        logger.debug("the query's exception in full: %s", exc)
         return 1
     return 0

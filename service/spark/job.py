@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # pyspark and pandas are imported where they run, so that thi
 
 __all__ = [
     "OUTPUT_SCHEMA",
+    "await_termination",
     "WindowTaskProcessor",
     "build_spark",
     "checkpoint_file_conf",
@@ -449,6 +450,19 @@ def sink_frame(windowed: Any) -> DataFrame:
 
     observed = windowed.observe(OBSERVATION, *observed_columns())
     return observed.where(F.col("kind") != "stats").select("topic", "key", "value", "headers")
+
+
+def await_termination(query: StreamingQuery, seconds: float) -> bool:
+    """Wait up to ``seconds`` for the query to end; True once it is no longer active. A failed query ends the
+    wait too: pyspark raises its ``StreamingQueryException`` from ``awaitTermination``, which is caught here so
+    that the driver reports the failure once, from ``query.exception()``, instead of a traceback."""
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        query.awaitTermination(seconds)  # type: ignore[arg-type]  # pyspark annotates int; it takes seconds as float
+    except StreamingQueryException:
+        return True
+    return not query.isActive
 
 
 def start_query(spark: Any, settings: Any, config: TaskConfig, query_name: str = "slidingwindow") -> StreamingQuery:

@@ -35,8 +35,8 @@ def query_listener(on_progress: Callable[[Any], None], on_idle: Callable[[], Non
             on_idle()
 
         def onQueryTerminated(self, event: Any) -> None:
-            if event.exception:
-                logger.error("query terminated with an error: %s", event.exception.splitlines()[0])
+            if event.exception:  # the driver logs the one ERROR line once the query has stopped
+                logger.debug("query terminated with an error: %s", event.exception.splitlines()[0])
             else:
                 logger.info("query stopped")
 

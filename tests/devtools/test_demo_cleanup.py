@@ -5,6 +5,7 @@ assertions: every wait is bounded and only decides failure."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -89,23 +90,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.integration
-@pytest.mark.parametrize("how", ["SIGHUP", "closed-pipe", "SIGKILL"])
-def test_the_demo_stops_what_it_started_however_it_ends(how, kafka_bootstrap, tmp_path):
-    env = {**os.environ, "DEMO_METRICS_PORT": str(_free_port())}
-    demo = subprocess.Popen(
+def _start_demo(tmp_path: Path, *extra: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "DEMO_METRICS_PORT": str(_free_port()), "DEMO_KAFKA_PORT": str(_free_port())}
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
             "devtools.demo",
-            "--bootstrap-servers",
-            kafka_bootstrap,
             "--state-dir",
             str(tmp_path / "demo"),
             "--rate",
             "20",
             "--refresh",
             "0.5",
+            *extra,
         ],
         cwd=PROJECT,
         stdout=subprocess.PIPE,
@@ -113,30 +111,66 @@ def test_the_demo_stops_what_it_started_however_it_ends(how, kafka_bootstrap, tm
         env=env,
         start_new_session=True,
     )
+
+
+def _wait_for_spark(demo: subprocess.Popen[bytes]) -> dict[int, str]:
+    """Wait (bounded) until the service runs Spark - its JVM is among the demo's descendants - and the demo shows
+    window updates; the demo's descendants then."""
+    assert demo.stdout is not None
+    deadline = time.monotonic() + 240
+    procs: dict[int, str] = {}
+    while time.monotonic() < deadline and demo.poll() is None:
+        line = demo.stdout.readline()
+        if b"window updates out" in line:
+            procs = _descendants(demo.pid)
+            if any(b"java" in Path(f"/proc/{p}/cmdline").read_bytes() for p in procs if _alive(p, procs[p])):
+                break
+    assert demo.poll() is None and procs, "the demo did not get the service running"
+    return procs
+
+
+def _kill_what_is_left(demo: subprocess.Popen[bytes]) -> None:
+    for pid in _descendants(demo.pid):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    demo.kill()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGHUP", "closed-pipe", "SIGKILL"])
+def test_the_demo_stops_what_it_started_however_it_ends(how, kafka_bootstrap, tmp_path):
+    demo = _start_demo(tmp_path, "--bootstrap-servers", kafka_bootstrap)
     try:
-        # wait (bounded) until the service runs Spark: its JVM is among the demo's descendants
-        deadline = time.monotonic() + 240
-        procs: dict[int, str] = {}
-        while time.monotonic() < deadline and demo.poll() is None:
-            line = demo.stdout.readline()
-            if b"window updates out" in line:
-                procs = _descendants(demo.pid)
-                if any(b"java" in Path(f"/proc/{p}/cmdline").read_bytes() for p in procs if _alive(p, procs[p])):
-                    break
-        assert demo.poll() is None and procs, "the demo did not get the service running"
-        if how == "SIGHUP":
-            demo.send_signal(signal.SIGHUP)
-        elif how == "closed-pipe":
+        procs = _wait_for_spark(demo)
+        if how == "closed-pipe":
+            assert demo.stdout is not None
             demo.stdout.close()  # the reader is gone: the demo's next status line finds the pipe closed
-        else:
+        elif how == "SIGKILL":
             demo.kill()
+        else:
+            demo.send_signal(getattr(signal, how))
         assert demo.wait(timeout=150) is not None
         left = _wait_gone(procs, 150)
         assert not left, f"still running after the demo ended ({how}): {left}"
         if how != "SIGKILL":
             assert demo.returncode in (0, 130)
     finally:
-        for pid in _descendants(demo.pid):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        demo.kill()
+        _kill_what_is_left(demo)
+
+
+@pytest.mark.integration
+def test_the_demo_stops_the_broker_it_started(tmp_path):
+    """Without ``--bootstrap-servers`` the demo starts its own broker (a JVM, its pid in the broker's state
+    file); Ctrl-C stops it along with the service."""
+    demo = _start_demo(tmp_path)
+    try:
+        procs = _wait_for_spark(demo)
+        broker_pid = json.loads((tmp_path / "demo" / "kafka" / "broker.json").read_text())["pid"]
+        assert broker_pid in procs and b"java" in Path(f"/proc/{broker_pid}/cmdline").read_bytes()
+        demo.send_signal(signal.SIGINT)
+        assert demo.wait(timeout=150) in (0, 130)
+        left = _wait_gone(procs, 150)
+        assert not left, f"still running after the demo ended: {left}"
+        assert not _alive(broker_pid, procs[broker_pid])
+    finally:
+        _kill_what_is_left(demo)

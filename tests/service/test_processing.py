@@ -39,15 +39,16 @@ def config(
     cache: bool = True,
     snapshot_every: int = TaskConfig.state_snapshot_every,
     spool: str = "",
+    aggs: str = AGGS,
     **spec_kw,
 ) -> TaskConfig:
     return TaskConfig(
         td,
         grace,
-        AGGS,
+        aggs,
         emit,
-        InputSpec(fields=aggregation_fields(AGGS), **spec_kw),
-        ChangelogSpec("json", "json", AGGS),
+        InputSpec(fields=aggregation_fields(aggs), **spec_kw),
+        ChangelogSpec("json", "json", aggs),
         "out",
         "late",
         "dlq",
@@ -655,3 +656,30 @@ def test_the_tasks_of_a_topic_write_their_snapshots_in_different_batches():
     for p in range(4):
         at = [n for n, ps in snapshots.items() if p in ps and n]
         assert at and all(b - a == 8 for a, b in pairwise(at))
+
+
+def test_a_field_most_records_lack_is_one_warning_naming_it_and_counted(caplog):
+    """A typo in the aggregations (``sum:amout`` for records with ``amount``): every record lacks the field, so
+    each is a dead letter (schema-mismatch), counted in ``missing_field_records``, and the batch logs a WARNING
+    that names the field (likely a typo, not bad producers)."""
+    cfg = config("update", aggs="count,sum:amout")
+    n = 6
+    values = [json.dumps({"amount": i + 1, "note": "x"}).encode() for i in range(n)]
+    with caplog.at_level("WARNING", logger="service.task.runner"):
+        out = process_task_batch(
+            TaskRunner(cfg),
+            DictTaskState(),
+            "in",
+            0,
+            list(range(n)),
+            [b"k"] * n,
+            values,
+            [1000 + 10 * i for i in range(n)],
+            emit_time_ms=5,
+        )
+    warnings = [r for r in caplog.records if r.levelname == "WARNING" and "'amout'" in r.getMessage()]
+    assert len(warnings) == 1, [r.getMessage() for r in caplog.records]
+    assert f"{n} of {n} records of in-0" in warnings[0].getMessage() and "typo" in warnings[0].getMessage()
+    assert out.stats["missing_field_records"] == n and out.stats["dead_lettered"] == n
+    dlq = [h for kind, _t, _k, _v, h in out.rows() if kind == "dlq"]
+    assert len(dlq) == n and {dict(h)["error"] for h in dlq} == {b"schema-mismatch"}

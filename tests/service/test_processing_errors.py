@@ -11,6 +11,7 @@ import pytest
 
 from connectors.output import KIP1034_HEADERS, ChangelogSpec
 from connectors.serde import InputSpec, aggregation_fields
+from service.driver import failure_line
 from service.metrics import dead_letter_stat
 from service.task.config import TaskConfig
 from service.task.runner import ProcessingFailure, TaskRunner
@@ -130,3 +131,39 @@ def test_a_batch_failure_that_no_record_causes_alone_is_raised_again(monkeypatch
     monkeypatch.setattr(TaskRunner, "run", failing_once)
     with pytest.raises(OSError, match="disk full"):
         run(cfg, DictTaskState(), records([1, 2, 3]))
+
+
+# the text of a failed query's exception (str of pyspark's StreamingQueryException), shortened from a real run
+QUERY_FAILED = """[STREAM_FAILED] Query [id = 2838, runId = a62b] terminated with exception: [PYTHON_EXCEPTION] An \
+exception was thrown from the Python worker: Traceback (most recent call last):
+  File "/app/service/processing.py", line 786, in process_task_batch
+    out = runner.run(proc, topic, partition, offsets, keys, values, timestamps, emit_time_ms)
+ZeroDivisionError: fragile cannot add 13
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "/app/service/processing.py", line 791, in process_task_batch
+    proc, source, out = _run_isolating(
+{raised}
+ SQLSTATE: 38000)
+\tat org.apache.spark.sql.execution.streaming.runtime.StreamExecution.runStream(StreamExecution.scala:313)
+Caused by: org.apache.spark.api.python.PythonException: [PYTHON_EXCEPTION] An exception was thrown"""
+
+
+def test_the_error_line_of_a_failed_query_names_the_record_in_fail_mode():
+    raised = "service.processing.ProcessingFailure: processing the record at offset 2 of in-0 raised ZeroDivisionError"
+    assert failure_line(QUERY_FAILED.format(raised=raised)) == (
+        "processing the record at offset 2 of in-0 raised ZeroDivisionError"
+    )
+
+
+def test_the_error_line_of_a_failed_query_names_a_python_workers_exception_not_the_traceback():
+    line = failure_line(QUERY_FAILED.format(raised="OSError: [Errno 28] No space left on device"))
+    assert line == (
+        "[STREAM_FAILED] Query [id = 2838, runId = a62b] terminated with exception: [PYTHON_EXCEPTION] An exception "
+        "was thrown from the Python worker: OSError: [Errno 28] No space left on device"
+    )
+    assert failure_line("org.apache.kafka.common.errors.TimeoutException: x\n\tat y") == (
+        "org.apache.kafka.common.errors.TimeoutException: x"
+    )

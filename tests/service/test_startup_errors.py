@@ -97,3 +97,37 @@ def test_unreachable_broker_retries_for_startup_timeout_then_one_line():
     errors = [line for line in r.stderr.splitlines() if " ERROR " in line]
     assert len(errors) == 1 and "cannot reach Kafka" in errors[0] and "startup_timeout" in errors[0], r.stderr
     assert sum("does not answer yet" in line for line in r.stderr.splitlines()) >= 1
+
+
+@pytest.mark.integration
+def test_a_missing_input_topic_is_waited_for_with_a_warning_until_it_exists(kafka_bootstrap, caplog):
+    """The service waits for an input topic that does not exist yet (a warning naming it), and goes on with the
+    partition counts once someone creates it. The wait's sleep is where the test creates the topic, so the
+    order (warning first, then the topic, then the counts) holds without timing."""
+    import time
+    import uuid
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from service.driver import wait_for_inputs
+
+    topic = f"late-created-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    settings = Settings(bootstrap_servers=kafka_bootstrap, input_topics=(topic,))
+    warned_before_created: list[bool] = []
+
+    def sleep(seconds: float) -> None:
+        if not warned_before_created:
+            warned_before_created.append(any(topic in r.getMessage() for r in caplog.records))
+            admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(timeout=60)
+        time.sleep(min(seconds, 0.2))
+
+    try:
+        with caplog.at_level("WARNING", logger="service.driver"):
+            parts = wait_for_inputs(settings, sleep=sleep)
+    finally:
+        admin.delete_topics([topic], operation_timeout=10)
+    assert parts == {topic: 2}
+    assert warned_before_created == [True]
+    waits = [r for r in caplog.records if r.levelname == "WARNING" and "do not exist" in r.getMessage()]
+    assert len(waits) == 1 and topic in waits[0].getMessage()
