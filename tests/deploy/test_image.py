@@ -245,6 +245,9 @@ def test_container_processes_stops_on_sigterm_and_a_second_one_resumes_exactly(
     assert second.exit_code() == 0, second.logs()
     # measured, not asserted (bench/RESULTS.md and the README quote them): pytest -o log_cli=true shows the line
     logger.info("image %s: first output %.1fs after docker run, docker stop %.1fs", image, first_output, stop_s)
+    # where the start-up went: the service's own "Spark <v> session ready in <s>s" (process start to a session)
+    session_lines = [ln for ln in first.logs(tail=400).splitlines() if "session ready in" in ln]
+    logger.info("image %s: first container's %s", image, session_lines[:1] or "log has no session line")
 
     exp = replay(events, td=TD, grace=GRACE, aggregations=AGGS, emit="update")
     changelog = consume_all(kafka_bootstrap, topics["out"])
