@@ -59,8 +59,11 @@ __all__ = [
     "KIP1034_HEADERS",
 ]
 
-#: Kafka Streams' dead-letter header names (KIP-1034, ``org.apache.kafka.streams.errors.internals.
-#: ExceptionHandlerUtils``): exception, message, stacktrace, topic, partition, offset
+#: Kafka Streams' dead-letter header names (KIP-1034): exception, message, stacktrace, topic, partition, offset.
+#: Checked against kafka-streams 4.2.2 (and 4.2.0, KIP-1034's first release; 4.1.1 has no such class): the
+#: constants HEADER_ERRORS_EXCEPTION_NAME, _EXCEPTION_MESSAGE_NAME, _STACKTRACE_NAME, _TOPIC_NAME, _PARTITION_NAME,
+#: _OFFSET_NAME of ``org.apache.kafka.streams.errors.internals.ExceptionHandlerUtils``, read from the jar with
+#: ``javap -constants``; tests/conformance/test_kip1034_headers.py repeats the check.
 KIP1034_HEADERS = (
     "__streams.errors.exception",
     "__streams.errors.message",

@@ -6,9 +6,11 @@ Kafka (only started when a test asks for ``kafka_bootstrap`` or ``make_topic``; 
     Bootstrap servers of a Kafka broker, from the first source that works:
 
     1. ``$KAFKA_BOOTSTRAP_SERVERS`` (an existing broker; nothing is started or stopped);
-    2. a testcontainers Kafka container, if a Docker engine answers a ping *and* the images it needs (Kafka's and,
-       unless ``TESTCONTAINERS_RYUK_DISABLED``, Ryuk's) are present locally or can be pulled within
-       ``IMAGE_PULL_TIMEOUT_S``; an engine whose images cannot be had (no registry reachable) is logged and skipped;
+    2. a testcontainers Kafka container, if a Docker engine answers a ping, has Docker's default ``bridge`` network
+       (testcontainers publishes the broker's port through it; the engine ``make test-image`` starts has none: host
+       networking only) *and* the images it needs (Kafka's and, unless ``TESTCONTAINERS_RYUK_DISABLED``, Ryuk's)
+       are present locally or can be pulled within ``IMAGE_PULL_TIMEOUT_S``; otherwise the reason is logged
+       (:func:`choose_kafka_source`) and the local broker is used;
     3. :class:`devtools.local_broker.LocalKafkaBroker` (JVM from Maven-resolved jars) on a free port, data in a
        session tmp dir.
 
@@ -97,23 +99,59 @@ def _missing_docker_images(images: list[str]) -> dict[str, str]:
     return missing
 
 
-def _use_testcontainers() -> bool:
-    """Auto mode: testcontainers only when an engine answers and its images can be had; says which in the log."""
-    if not _docker_engine_answers():
-        logger.info("Kafka for tests: no Docker engine answers; using the local broker")
-        return False
-    missing = _missing_docker_images(_testcontainers_images())
+def engine_has_bridge_network() -> bool | None:
+    """Whether the answering engine has Docker's default ``bridge`` network (``None``: its networks cannot be
+    listed). Without it no container port can be published to the host, which testcontainers' Kafka relies on."""
+    import docker
+
+    try:
+        client = docker.from_env(timeout=DOCKER_PING_TIMEOUT_S)
+        try:
+            return any(n.name == "bridge" for n in client.networks.list(names=["bridge"]))
+        finally:
+            client.close()
+    except Exception:  # docker.errors.DockerException, connection errors
+        return None
+
+
+def choose_kafka_source(
+    engine_answers: bool, has_bridge: bool | None, missing_images: Callable[[], Mapping[str, str]]
+) -> tuple[bool, str]:
+    """Auto mode's choice: ``(True, why)`` for testcontainers, ``(False, why)`` for the local broker.
+
+    Testcontainers needs an engine that answers, a ``bridge`` network to publish the broker's port on, and its
+    images; ``missing_images`` (``{image: reason}``; it may pull, so it is asked last) is called only when the
+    rest holds."""
+    if not engine_answers:
+        return False, "no Docker engine answers"
+    if has_bridge is None:
+        return False, "a Docker engine answers but its networks cannot be listed"
+    if not has_bridge:
+        return False, (
+            "the Docker engine has no 'bridge' network (host networking only, like the dockerd make test-image "
+            "starts), so testcontainers cannot publish the broker's port"
+        )
+    missing = missing_images()
     if missing:
         reasons = "; ".join(f"{image}: {why}" for image, why in missing.items())
-        logger.warning(
-            "Kafka for tests: a Docker engine answers but images cannot be had (%s); using the local broker "
-            "(set %s=docker to insist)",
-            reasons,
-            ENV_KAFKA_MODE,
-        )
-        return False
-    logger.info("Kafka for tests: testcontainers (Docker engine answers, images present)")
-    return True
+        return False, f"a Docker engine answers but images cannot be had ({reasons})"
+    return True, "a Docker engine with a bridge network answers and the images are present"
+
+
+def _use_testcontainers() -> bool:
+    """Auto mode: :func:`choose_kafka_source` on this machine's engine; says which broker and why in the log."""
+    answers = _docker_engine_answers()
+    use, why = choose_kafka_source(
+        answers,
+        engine_has_bridge_network() if answers else None,
+        lambda: _missing_docker_images(_testcontainers_images()),
+    )
+    if use:
+        logger.info("Kafka for tests: testcontainers (%s)", why)
+    else:
+        log = logger.warning if answers else logger.info
+        log("Kafka for tests: the local broker, because %s (set %s=docker to insist)", why, ENV_KAFKA_MODE)
+    return use
 
 
 def _kafka_from_testcontainers() -> Iterator[str]:

@@ -4,7 +4,9 @@ The wheel is built from a copy holding only what a build needs (pyproject.toml, 
 installed with ``--no-deps`` into a new venv in a temporary folder. The dependencies come from this test's own
 environment through a path file, so nothing is downloaded; that path file adds the folder only (its ``.pth`` files,
 among them the editable install of this checkout, are not run), so every project module is imported from the wheel.
-Every command runs from a folder outside the repository.
+Every command runs from a folder outside the repository, the development broker's ``start``/``status``/``stop``
+included. Installing the wheel's ``[service]`` dependencies from the index into an empty venv is the image build's
+part (deploy/Dockerfile, run by ``make test-image``).
 """
 
 from __future__ import annotations
@@ -135,3 +137,21 @@ def test_broker_command_answers_without_a_broker(installed: dict[str, Path]) -> 
     assert _run(installed, "slidingwindow", "broker", "stop", "--data-dir", str(data_dir)).stdout.strip() == (
         "not running"
     )
+
+
+@pytest.mark.integration
+def test_broker_starts_answers_and_stops_from_the_wheel(installed: dict[str, Path]) -> None:
+    """``slidingwindow broker start|status|stop`` of the installed wheel: its broker configuration templates come
+    from the wheel's package data, its jars from the cache (``make jars``; Maven resolves them on a miss)."""
+    data_dir = installed["cwd"] / "kafka-running"
+    try:
+        start = _run(installed, "slidingwindow", "broker", "start", "--port", "0", "--data-dir", str(data_dir))
+        assert start.returncode == 0 and "running: pid" in start.stdout, (start.stdout, start.stderr)
+        status = _run(installed, "slidingwindow", "broker", "status", "--data-dir", str(data_dir))
+        assert status.returncode == 0 and status.stdout.startswith("running: pid"), (status.stdout, status.stderr)
+        assert str(data_dir.resolve()) in status.stdout
+    finally:
+        stop = _run(installed, "slidingwindow", "broker", "stop", "--data-dir", str(data_dir))
+    assert stop.returncode == 0 and stop.stdout.strip() == "stopped", (stop.stdout, stop.stderr)
+    after = _run(installed, "slidingwindow", "broker", "status", "--data-dir", str(data_dir))
+    assert after.returncode == 1 and "not running" in after.stdout

@@ -8,7 +8,8 @@
 # the way Debian's -slim images are (man pages, docs and locales excluded from every later dpkg install too), so the
 # Dockerfile is proven against a slim base. The host's extra CA certificates (its trust store's local additions,
 # /usr/local/share/ca-certificates) are installed in the base, and pip reads the system bundle, so builds through a
-# TLS-intercepting HTTPS proxy work. DEBIAN_MIRROR overrides debootstrap's default mirror.
+# TLS-intercepting HTTPS proxy work. DEBIAN_MIRROR overrides debootstrap's default mirror. debootstrap gets
+# SLIDINGWINDOW_DEBOOTSTRAP_TIMEOUT seconds (900), the import into the engine 300 s.
 set -euo pipefail
 
 TAG=${1:-slidingwindow-base:bookworm-python3.11}
@@ -20,7 +21,7 @@ root=$(mktemp -d /tmp/slidingwindow-base.XXXXXX)
 trap 'rm -rf "$root"' EXIT
 started=$(date +%s)
 # shellcheck disable=SC2086
-debootstrap --variant=minbase --include=python3,python3-venv,python-is-python3,ca-certificates \
+timeout "${SLIDINGWINDOW_DEBOOTSTRAP_TIMEOUT:-900}" debootstrap --variant=minbase --include=python3,python3-venv,python-is-python3,ca-certificates \
     bookworm "$root" ${DEBIAN_MIRROR:-} >"$root.log" 2>&1 || { tail -20 "$root.log" >&2; exit 1; }
 rm -f "$root.log"
 
@@ -44,11 +45,11 @@ echo 'APT::Install-Recommends "false";' >"$root/etc/apt/apt.conf.d/99no-recommen
 if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
     mkdir -p "$root/usr/local/share/ca-certificates"
     cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
-    chroot "$root" update-ca-certificates >/dev/null 2>&1
+    timeout 120 chroot "$root" update-ca-certificates >/dev/null 2>&1
 fi
 printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' >"$root/etc/pip.conf"
 
-tar -C "$root" -c . | docker import \
+tar -C "$root" -c . | timeout --foreground 300 docker import \
     --change 'ENV LANG=C.UTF-8' \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'CMD ["python3"]' \

@@ -9,13 +9,18 @@
 #
 # The engine started here has no bridge and touches no iptables: containers run with host networking only
 # (--network host), so their traffic stays on this machine's loopback.
+#
+# Nothing here waits without a bound: apt-get gets SLIDINGWINDOW_APT_TIMEOUT seconds (600) per step, every
+# `docker info` 10 s, dockerd 60 s to answer and 30 s to stop on SIGTERM (then SIGKILL).
 set -euo pipefail
 
 STATE_DIR=${SLIDINGWINDOW_DOCKERD_STATE:-/tmp/slidingwindow-dockerd}
 PID_FILE=$STATE_DIR/dockerd.pid
 LOG_FILE=$STATE_DIR/dockerd.log
 
-engine_answers() { docker info >/dev/null 2>&1; }
+APT_TIMEOUT=${SLIDINGWINDOW_APT_TIMEOUT:-600}
+
+engine_answers() { timeout 10 docker info >/dev/null 2>&1; }
 
 case "${1:-}" in
 install)
@@ -25,7 +30,8 @@ install)
         exit 3
     fi
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends docker.io debootstrap >/dev/null
+    timeout --foreground "$APT_TIMEOUT" apt-get update -qq
+    timeout --foreground "$APT_TIMEOUT" apt-get install -y -qq --no-install-recommends docker.io debootstrap >/dev/null
     ;;
 start)
     if ! command -v docker >/dev/null 2>&1; then
@@ -43,8 +49,14 @@ start)
     setsid dockerd --bridge=none --iptables=false --ip6tables=false --ip-masq=false \
         --pidfile "$STATE_DIR/dockerd.self.pid" >"$LOG_FILE" 2>&1 < /dev/null &
     echo $! >"$PID_FILE"
-    for _ in $(seq 1 60); do
-        if engine_answers; then echo "engine.sh: dockerd started (pid $(cat "$PID_FILE"), log $LOG_FILE)"; exit 0; fi
+    trap '"$0" stop; exit 130' INT TERM HUP  # interrupted while it comes up: do not leave it running
+    deadline=$((SECONDS + 60))
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        if engine_answers; then
+            trap - INT TERM HUP
+            echo "engine.sh: dockerd started (pid $(cat "$PID_FILE"), log $LOG_FILE)"
+            exit 0
+        fi
         if ! kill -0 "$(cat "$PID_FILE")" 2>/dev/null; then break; fi
         sleep 0.5
     done

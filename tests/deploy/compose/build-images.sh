@@ -21,7 +21,8 @@ build() {  # name, context
         return
     fi
     local t0; t0=$(date +%s)
-    docker build -q --network host --build-arg "BASE_IMAGE=$base" --label "slidingwindow.context=$sum" -t "$tag" "$2" >/dev/null
+    timeout --foreground "${SLIDINGWINDOW_BUILD_TIMEOUT:-1800}" docker build -q --network host --build-arg "BASE_IMAGE=$base" \
+        --label "slidingwindow.context=$sum" -t "$tag" "$2" >/dev/null
     echo "build-images.sh: $tag built in $(( $(date +%s) - t0 ))s" >&2
 }
 
