@@ -44,6 +44,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from windowstore.aggregations import parse_aggregation_specs
+
 from .avro import WireFormatError, decode_body, split_wire
 from .schema_registry import UnknownSchemaError, registry_for
 
@@ -217,13 +219,12 @@ def check_number(name: str, v: Any) -> None:
 
 def aggregation_fields(spec: str) -> tuple[tuple[str, bool], ...]:
     """``"count,sum:amount,collect:note"`` -> ``(("amount", True), ("note", False))``: the value fields the
-    aggregations read and whether each must be numeric."""
+    aggregations read and whether each must be numeric. The spec is parsed by
+    :func:`windowstore.parse_aggregation_specs` (its errors for an invalid one)."""
     needs: dict[str, bool] = {}
-    for part in spec.split(","):
-        kind, _, field = part.strip().partition(":")
-        field = field.strip()
-        if field:
-            needs[field] = needs.get(field, False) or kind.strip().lower() in NUMERIC_AGGREGATIONS
+    for part in parse_aggregation_specs(spec):
+        if part.field is not None:
+            needs[part.field] = needs.get(part.field, False) or part.kind in NUMERIC_AGGREGATIONS
     return tuple(needs.items())
 
 
