@@ -40,7 +40,7 @@ import math
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -52,6 +52,7 @@ from .schema_registry import UnknownSchemaError, registry_for
 __all__ = [
     "BadRecord",
     "Decoded",
+    "InputSettings",
     "InputSpec",
     "InputDecoder",
     "REASONS",
@@ -228,6 +229,23 @@ def aggregation_fields(spec: str) -> tuple[tuple[str, bool], ...]:
     return tuple(needs.items())
 
 
+class InputSettings(Protocol):
+    """What :meth:`InputSpec.from_settings` reads of the service's settings (``service.settings.Settings`` has all
+    of it; connectors do not import the service, so they name the attributes they need here)."""
+
+    @property
+    def input_format(self) -> str: ...
+    @property
+    def key_field(self) -> str: ...
+    @property
+    def timestamp_field(self) -> str: ...
+    @property
+    def aggregations(self) -> str: ...
+    @property
+    def schema_registry_url(self) -> str: ...
+    def schema_registry_config(self) -> tuple[tuple[str, str], ...]: ...
+
+
 @dataclass(frozen=True)
 class InputSpec:
     """How to read input records (picklable: shipped to Spark's Python workers)."""
@@ -240,14 +258,14 @@ class InputSpec:
     schema_registry_conf: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # TLS / basic auth
 
     @classmethod
-    def from_settings(cls, settings: Any) -> InputSpec:
+    def from_settings(cls, settings: InputSettings) -> InputSpec:
         return cls(
             format=settings.input_format,
             key_field=settings.key_field,
             timestamp_field=settings.timestamp_field,
             fields=aggregation_fields(settings.aggregations),
             schema_registry_url=settings.schema_registry_url,
-            schema_registry_conf=tuple(getattr(settings, "schema_registry_config", tuple)()),
+            schema_registry_conf=tuple(settings.schema_registry_config()),
         )
 
 
