@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 from fastavro import parse_schema, schemaless_writer
 
+from windowstore.aggregations import parse_aggregation_specs
+
 from . import avro_columns
 from .avro import frame
 from .rows import RowBlock
@@ -136,15 +138,11 @@ def parse_windowed_key(data: bytes) -> tuple[str, int]:
 
 
 def aggregate_types(spec: str) -> list[tuple[str, Any]]:
-    """Output name and Avro type of each aggregation in ``spec`` (names as ``windowstore`` reports them)."""
+    """Output name and Avro type of each aggregation in ``spec`` (names as ``windowstore`` reports them; the spec
+    is parsed by :func:`windowstore.parse_aggregation_specs`, with its errors for an invalid one)."""
     out = []
-    for part in spec.split(","):
-        if not part.strip():
-            continue
-        kind, _, field = part.strip().partition(":")
-        kind = kind.strip().lower()
-        field = field.strip()
-        name = f"{kind}_{field}" if field else kind
+    for part in parse_aggregation_specs(spec):
+        kind = part.kind
         if kind == "count":
             t: Any = "long"
         elif kind in ("mean", "variance", "stddev"):
@@ -153,9 +151,9 @@ def aggregate_types(spec: str) -> list[tuple[str, Any]]:
             t = {"type": "array", "items": ["null", "long", "double", "string", "boolean"]}
         elif kind == "sum":  # an integer sum stays an integer; beyond int64 it is the exact decimal
             t = [*_NUMBER, EXACT_INT]
-        else:  # min, max, first, last: an integer stays an integer
-            t = _NUMBER + (["string", "boolean"] if kind in ("first", "last", "min", "max") else [])
-        out.append((name, t))
+        else:  # min, max, first, last (every other kind parse_aggregation_specs admits): an integer stays one
+            t = [*_NUMBER, "string", "boolean"]
+        out.append((part.name, t))
     return out
 
 

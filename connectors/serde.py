@@ -40,9 +40,11 @@ import math
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
+
+from windowstore.aggregations import parse_aggregation_specs
 
 from .avro import WireFormatError, decode_body, split_wire
 from .schema_registry import UnknownSchemaError, registry_for
@@ -50,6 +52,7 @@ from .schema_registry import UnknownSchemaError, registry_for
 __all__ = [
     "BadRecord",
     "Decoded",
+    "InputSettings",
     "InputSpec",
     "InputDecoder",
     "REASONS",
@@ -217,14 +220,30 @@ def check_number(name: str, v: Any) -> None:
 
 def aggregation_fields(spec: str) -> tuple[tuple[str, bool], ...]:
     """``"count,sum:amount,collect:note"`` -> ``(("amount", True), ("note", False))``: the value fields the
-    aggregations read and whether each must be numeric."""
+    aggregations read and whether each must be numeric. The spec is parsed by
+    :func:`windowstore.parse_aggregation_specs` (its errors for an invalid one)."""
     needs: dict[str, bool] = {}
-    for part in spec.split(","):
-        kind, _, field = part.strip().partition(":")
-        field = field.strip()
-        if field:
-            needs[field] = needs.get(field, False) or kind.strip().lower() in NUMERIC_AGGREGATIONS
+    for part in parse_aggregation_specs(spec):
+        if part.field is not None:
+            needs[part.field] = needs.get(part.field, False) or part.kind in NUMERIC_AGGREGATIONS
     return tuple(needs.items())
+
+
+class InputSettings(Protocol):
+    """What :meth:`InputSpec.from_settings` reads of the service's settings (``service.settings.Settings`` has all
+    of it; connectors do not import the service, so they name the attributes they need here)."""
+
+    @property
+    def input_format(self) -> str: ...
+    @property
+    def key_field(self) -> str: ...
+    @property
+    def timestamp_field(self) -> str: ...
+    @property
+    def aggregations(self) -> str: ...
+    @property
+    def schema_registry_url(self) -> str: ...
+    def schema_registry_config(self) -> tuple[tuple[str, str], ...]: ...
 
 
 @dataclass(frozen=True)
@@ -239,14 +258,14 @@ class InputSpec:
     schema_registry_conf: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # TLS / basic auth
 
     @classmethod
-    def from_settings(cls, settings: Any) -> InputSpec:
+    def from_settings(cls, settings: InputSettings) -> InputSpec:
         return cls(
             format=settings.input_format,
             key_field=settings.key_field,
             timestamp_field=settings.timestamp_field,
             fields=aggregation_fields(settings.aggregations),
             schema_registry_url=settings.schema_registry_url,
-            schema_registry_conf=tuple(getattr(settings, "schema_registry_config", tuple)()),
+            schema_registry_conf=tuple(settings.schema_registry_config()),
         )
 
 

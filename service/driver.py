@@ -162,7 +162,7 @@ def _prepare_outputs(settings: Settings, client: dict[str, str], parts: dict[str
     return task_config(settings, key_id, value_id)
 
 
-def task_config(settings: Any, key_schema_id: int | None = None, value_schema_id: int | None = None) -> TaskConfig:
+def task_config(settings: Settings, key_schema_id: int | None = None, value_schema_id: int | None = None) -> TaskConfig:
     """The task config the workers get (picklable): the settings a task batch reads, the changelog's schema ids,
     and this run's spool id and random owners key."""
     from connectors.output import ChangelogSpec

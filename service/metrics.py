@@ -1,4 +1,6 @@
-"""Prometheus metrics of the service: the ONE module that defines them all (names, help, labels, buckets).
+"""Prometheus metrics of the service: the ONE module that builds them all (names, help, labels, buckets). The plain
+counters fed by one worker stat each are declared with that stat (:data:`service.task.stats.STATS`, the name and
+help of each) and built here (:data:`STAT_COUNTERS`); counters with labels, histograms and gauges are written here.
 
 Counts and histograms are computed in Spark's Python workers (per task and micro-batch, the ``stats`` array of
 the "stats" rows, see :data:`service.task.stats.STATS_FIELDS`) and reach the driver through the query's observed
@@ -25,11 +27,12 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from service.task.stats import DEAD_LETTER_REASONS, LATENCY_BUCKETS_MS, LATENESS_BUCKETS_MS, dead_letter_stat
+from service.task.stats import DEAD_LETTER_REASONS, LATENCY_BUCKETS_MS, LATENESS_BUCKETS_MS, STATS, dead_letter_stat
 
 __all__ = [
     "REGISTRY",
     "METRICS",
+    "STAT_COUNTERS",
     "record_progress",
     "record_idle",
     "serve",
@@ -101,8 +104,6 @@ config_info = Gauge(
     ["mode", "input_format", "changelog_format"],
     registry=REGISTRY,
 )
-records_consumed = Counter(P + "records_consumed_total", "Input records read from Kafka", registry=REGISTRY)
-records_aggregated = Counter(P + "records_aggregated_total", "Input records accepted into windows", registry=REGISTRY)
 records_dropped = Counter(
     P + "records_dropped_total",
     "Input records not aggregated, by reason: late, or dead-lettered with the reason of its "
@@ -111,20 +112,11 @@ records_dropped = Counter(
     ["reason"],
     registry=REGISTRY,
 )
-records_dead_lettered = Counter(
-    P + "records_dead_lettered_total", "Input records written to the dead-letter topic", registry=REGISTRY
-)
 records_produced = Counter(
     P + "records_produced_total",
     "Records written to output topics, by kind (changelog, late, dead_letter)",
     ["kind"],
     registry=REGISTRY,
-)
-windows_created = Counter(P + "windows_created_total", "Windows created", registry=REGISTRY)
-windows_updated = Counter(P + "windows_updated_total", "Existing windows updated", registry=REGISTRY)
-windows_expired = Counter(P + "windows_expired_total", "Windows removed by retention", registry=REGISTRY)
-windows_skipped = Counter(
-    P + "skipped_windows_total", "Closed windows a partially-late record skipped (R13)", registry=REGISTRY
 )
 record_lateness = BulkHistogram(
     P + "record_lateness_seconds",
@@ -153,18 +145,6 @@ last_progress = Gauge(
 stream_time = Gauge(
     P + "stream_time_seconds",
     "Largest stream time of all tasks this process has seen (event time, epoch seconds; never decreases)",
-    registry=REGISTRY,
-)
-processing_errors = Counter(
-    P + "processing_errors_total",
-    "Records whose processing raised (a bug, not bad input): dead-lettered with processing_exception_handler=continue",
-    registry=REGISTRY,
-)
-missing_field_records = Counter(
-    P + "records_missing_field_total",
-    "Records dead-lettered because they lack a "
-    "field an aggregation reads (most of a batch: likely a typo in --aggregations; the "
-    "worker log names the field)",
     registry=REGISTRY,
 )
 partition_stream_time = Gauge(
@@ -200,33 +180,6 @@ state_bytes = Gauge(
     ["kind"],
     registry=REGISTRY,
 )
-state_buckets_written = Counter(
-    P + "state_buckets_written_total", "Key buckets written to the state store", registry=REGISTRY
-)
-state_cache_hits = Counter(
-    P + "state_cache_hits_total", "Task batches served from the worker's cached processor", registry=REGISTRY
-)
-state_log_replayed = Counter(
-    P + "state_log_replayed_total",
-    "Task log entries replayed to bring a processor to the committed state (a worker behind its task, or a restore)",
-    registry=REGISTRY,
-)
-state_log_shared = Counter(
-    P + "state_log_shared_total",
-    "Task log entries an idle Python worker replayed from "
-    "the other workers' shared files (off the batches' critical path)",
-    registry=REGISTRY,
-)
-tasks_forwarded = Counter(
-    P + "task_batches_forwarded_total",
-    "Task batches Spark gave one Python worker that ran in the worker owning the task (task_owners)",
-    registry=REGISTRY,
-)
-state_snapshots = Counter(
-    P + "state_snapshots_total",
-    "Task batches that wrote a snapshot (key buckets) instead of a log entry",
-    registry=REGISTRY,
-)
 task_batches = Counter(
     P + "task_batches_total",
     "Task micro-batches processed (one per input partition with data per micro-batch)",
@@ -242,20 +195,19 @@ worker_seconds = Counter(
 )
 lag_poll_errors = Counter(P + "consumer_lag_poll_errors_total", "Failed broker end-offset queries", registry=REGISTRY)
 
+#: the plain counters, one per stat that declares one (:data:`service.task.stats.STATS`), by stat name: the driver
+#: adds the stat's observed sum to it
+STAT_COUNTERS: dict[str, Counter] = {
+    s.name: Counter(P + s.counter.name, s.counter.help, registry=REGISTRY) for s in STATS if s.counter is not None
+}
+
 METRICS: dict[str, Any] = {
     m._name: m
     for m in (
         build_info,
         config_info,
-        records_consumed,
-        records_aggregated,
         records_dropped,
-        records_dead_lettered,
         records_produced,
-        windows_created,
-        windows_updated,
-        windows_expired,
-        windows_skipped,
         record_lateness,
         e2e_latency,
         batch_duration,
@@ -270,19 +222,13 @@ METRICS: dict[str, Any] = {
         state_windows,
         state_rows,
         state_bytes,
-        state_buckets_written,
-        state_cache_hits,
-        state_log_replayed,
-        state_log_shared,
-        tasks_forwarded,
-        state_snapshots,
         task_batches,
         worker_seconds,
         lag_poll_errors,
-        processing_errors,
-        missing_field_records,
     )
 }
+
+METRICS.update({m._name: m for m in STAT_COUNTERS.values()})
 
 # label values known up front (so every series exists from the first scrape, at 0)
 for _r in DROP_REASONS:
@@ -355,35 +301,23 @@ def record_progress(
     parsed); ``lag`` gets the progress' end offsets; ``late_topic``: late records are written to a topic."""
     tasks = observed.get("tasks") or []
     o = {k: _int(v) for k, v in observed.items() if k != "tasks"}
-    records_consumed.inc(o.get("records", 0))
-    records_aggregated.inc(o.get("aggregated", 0))
+    for stat in STATS:
+        if stat.counter is not None:
+            v = o.get(stat.name, 0)
+            STAT_COUNTERS[stat.name].inc(v if stat.counter.per == 1 else v / stat.counter.per)
     records_dropped.labels("late").inc(o.get("late", 0))
     dead = o.get("dead_lettered", 0)
     for reason in DEAD_LETTER_REASONS:
         records_dropped.labels(reason).inc(o.get(dead_letter_stat(reason), 0))
-    processing_errors.inc(o.get(dead_letter_stat("processing-error"), 0))
-    missing_field_records.inc(o.get("missing_field_records", 0))
-    records_dead_lettered.inc(dead)
     records_produced.labels("changelog").inc(o.get("changelog", 0))
     records_produced.labels("dead_letter").inc(dead)
     records_produced.labels("late").inc(o.get("late", 0) if late_topic else 0)
-    windows_created.inc(o.get("windows_created", 0))
-    windows_updated.inc(o.get("windows_updated", 0))
-    windows_expired.inc(o.get("windows_expired", 0))
-    windows_skipped.inc(o.get("skipped_windows", 0))
-    state_buckets_written.inc(o.get("state_buckets_written", 0))
-    state_cache_hits.inc(o.get("state_cache_hit", 0))
-    state_log_replayed.inc(o.get("state_log_replayed", 0))
-    state_log_shared.inc(o.get("state_log_shared", 0))
-    tasks_forwarded.inc(o.get("task_forwarded", 0))
-    state_snapshots.inc(o.get("state_snapshot", 0))
     task_batches.inc(o.get("task_batches", 0))
     worker_seconds.labels("process").inc(o.get("process_ns", 0) / 1e9)
     worker_seconds.labels("state_read").inc(o.get("state_read_ns", 0) / 1e9)
     worker_seconds.labels("state_write").inc(o.get("state_write_ns", 0) / 1e9)
     worker_seconds.labels("produce").inc(o.get("produce_ns", 0) / 1e9)
     worker_seconds.labels("catch_up").inc(o.get("state_log_shared_ns", 0) / 1e9)
-    record_transactions(o)
     if any(k.startswith("lateness_b") for k in o):
         record_lateness.add(_buckets(o, "lateness_b", len(LATENESS_BUCKETS_MS)), o.get("lateness_ms_sum", 0) / 1000)
     if any(k.startswith("latency_b") for k in o):
@@ -534,42 +468,3 @@ class LagPoller:
             except Exception:
                 pass
             self._consumer = None
-
-
-# ------------------------------------------------------------------------------ processing_guarantee=exactly_once
-transactions_committed = Counter(
-    P + "transactions_committed_total",
-    "Kafka transactions committed (exactly_once: one per task micro-batch with output: its rows and its input offset)",
-    registry=REGISTRY,
-)
-transactions_aborted = Counter(
-    P + "transactions_aborted_total",
-    "Kafka transactions aborted or fenced and redone (exactly_once; a batch that then failed is replayed by Spark)",
-    registry=REGISTRY,
-)
-transaction_commit_seconds = Counter(
-    P + "transaction_commit_seconds_total",
-    "Time in sending the input offset and committing the transactions (exactly_once)",
-    registry=REGISTRY,
-)
-batches_already_committed = Counter(
-    P + "task_batches_already_committed_total",
-    "Replayed task micro-batches "
-    "whose transaction had committed (exactly_once): state rebuilt, nothing "
-    "produced, not counted in the record counters again",
-    registry=REGISTRY,
-)
-METRICS.update(
-    {
-        m._name: m
-        for m in (transactions_committed, transactions_aborted, transaction_commit_seconds, batches_already_committed)
-    }
-)
-
-
-def record_transactions(o: Mapping[str, int]) -> None:
-    """The exactly_once counters of one micro-batch's observed sums (``txn_*``, service.task.stats)."""
-    transactions_committed.inc(o.get("txn_committed", 0))
-    transactions_aborted.inc(o.get("txn_aborted", 0))
-    transaction_commit_seconds.inc(o.get("txn_commit_ns", 0) / 1e9)
-    batches_already_committed.inc(o.get("txn_skipped", 0))

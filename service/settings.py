@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from connectors.output import KEY_FORMATS, VALUE_FORMATS
 from connectors.security import NO_SECRET, SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaSecurity, Secret, read_secret
 
 if TYPE_CHECKING:
@@ -36,8 +37,8 @@ __all__ = [
 ENV_PREFIX = "SLIDINGWINDOW_"
 
 INPUT_FORMATS = ("json", "avro")
-OUTPUT_FORMATS = ("avro", "json")
-KEY_FORMATS = ("avro", "json", "windowed", "string")
+#: the changelog's value formats are those connectors.output writes (one definition, there)
+OUTPUT_FORMATS = VALUE_FORMATS
 EMIT_MODES = ("update", "every", "close")
 STARTING_OFFSETS = ("earliest", "latest")
 SINKS = ("spark", "direct")

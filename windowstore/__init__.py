@@ -7,6 +7,7 @@ and aggregations. Integer-millisecond timestamps throughout. See ``SlidingWindow
 
 from .aggregations import (
     Aggregation,
+    AggregationSpec,
     Collect,
     Composite,
     Count,
@@ -22,6 +23,7 @@ from .aggregations import (
     Sum,
     Variance,
     parse_aggregation,
+    parse_aggregation_specs,
     parse_aggregations,
 )
 from .processor import SlidingWindowProcessor
@@ -33,6 +35,7 @@ from .windows import ConfigError, SlidingWindows
 
 __all__ = [
     "Aggregation",
+    "AggregationSpec",
     "Collect",
     "Composite",
     "Count",
@@ -49,6 +52,7 @@ __all__ = [
     "Variance",
     "parse_aggregation",
     "parse_aggregations",
+    "parse_aggregation_specs",
     "SlidingWindowProcessor",
     "SessionWindowProcessor",
     "SessionWindows",

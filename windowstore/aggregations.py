@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -37,8 +38,11 @@ __all__ = [
     "Field",
     "Composite",
     "BUILTINS",
+    "AggregationSpec",
     "parse_aggregation",
     "parse_aggregations",
+    "parse_aggregation_spec",
+    "parse_aggregation_specs",
 ]
 
 
@@ -418,20 +422,54 @@ BUILTINS: dict[str, type[Aggregation]] = {
 }
 
 
-def parse_aggregation(spec: str) -> Aggregation:
-    """Parse ``kind`` or ``kind:field`` (e.g. ``count``, ``sum:amount``)."""
+@dataclass(frozen=True)
+class AggregationSpec:
+    """One part of an aggregation spec string, parsed: a built-in ``kind`` (a :data:`BUILTINS` name) and the
+    value ``field`` it reads (``None``: the whole value). The one reading of the spec grammar; the connectors
+    derive the fields they decode and the Avro types they write from these, not from the string."""
+
+    kind: str
+    field: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The output name the aggregation's result is reported under (``count``, ``sum_amount``)."""
+        return self.kind if self.field is None else f"{self.kind}_{self.field}"
+
+    def build(self) -> Aggregation:
+        """The aggregation this part names: the built-in, applied to ``field`` when there is one."""
+        inner = BUILTINS[self.kind]()
+        return inner if self.field is None else Field(inner, self.field)
+
+
+def parse_aggregation_spec(spec: str) -> AggregationSpec:
+    """Parse one part, ``kind`` or ``kind:field`` (e.g. ``count``, ``sum:amount``); the kind is case-insensitive,
+    blanks around either are ignored. Raises ``ValueError`` for an unknown kind."""
     kind, _, field = spec.strip().partition(":")
     kind = kind.strip().lower()
     if kind not in BUILTINS:
         raise ValueError(f"unknown aggregation {kind!r} in {spec!r}; known: {', '.join(sorted(BUILTINS))}")
-    inner = BUILTINS[kind]()
-    field = field.strip()
-    return Field(inner, field) if field else inner
+    return AggregationSpec(kind, field.strip() or None)
+
+
+def parse_aggregation_specs(spec: str) -> tuple[AggregationSpec, ...]:
+    """Parse a comma-separated list (``count,sum:amount,max:amount``); empty parts are skipped. Raises
+    ``ValueError`` for an unknown kind, an empty list or two parts with the same output name."""
+    parts = tuple(parse_aggregation_spec(s) for s in spec.split(",") if s.strip())
+    if not parts:
+        raise ValueError("no aggregation given")
+    names = [p.name for p in parts]
+    if len(set(names)) != len(names):
+        raise ValueError(f"aggregation output names must be unique, got {names}")
+    return parts
+
+
+def parse_aggregation(spec: str) -> Aggregation:
+    """Parse ``kind`` or ``kind:field`` (e.g. ``count``, ``sum:amount``)."""
+    return parse_aggregation_spec(spec).build()
 
 
 def parse_aggregations(spec: str) -> Aggregation:
     """Parse a comma-separated list (``count,sum:amount,max:amount``): one aggregation or a Composite."""
-    parts = [parse_aggregation(s) for s in spec.split(",") if s.strip()]
-    if not parts:
-        raise ValueError("no aggregation given")
+    parts = [p.build() for p in parse_aggregation_specs(spec)]
     return parts[0] if len(parts) == 1 else Composite(parts)

@@ -41,7 +41,7 @@ from service.spark import compat
 from service.task.config import TaskConfig
 from service.task.runner import TaskOutput
 from service.task.state import TaskState
-from service.task.stats import STATS_FIELDS
+from service.task.stats import STATS, STATS_FIELDS
 from service.worker import owners
 from service.worker.run import run_batch
 
@@ -424,9 +424,9 @@ def observed_columns() -> list[Column]:
     from pyspark.sql import functions as F
 
     cols = [F.count(F.when(F.col("kind") == "stats", 1)).alias("task_batches")]
-    for name in STATS_FIELDS:
-        agg = F.max if name in ("stream_time", "lateness_ms_max", "max_offset") else F.sum
-        cols.append(F.coalesce(agg(_stat(name)), F.lit(0)).cast("long").alias(name))
+    for stat in STATS:
+        agg = F.max if stat.observed == "max" else F.sum
+        cols.append(F.coalesce(agg(_stat(stat.name)), F.lit(0)).cast("long").alias(stat.name))
     # per-task absolute values (one stats row per task: a short list) for the per-task gauges in service.metrics
     cols.append(
         F.collect_list(

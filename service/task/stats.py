@@ -1,6 +1,8 @@
-"""The stats vocabulary of a task batch: the counters a worker carries to the driver in its "stats" row
-(:data:`STATS_FIELDS`), the ones a replayed batch zeroes (:data:`REPLAY_ZEROED`), the histogram bucket bounds the
-workers count into (:func:`bucket_counts`) and the dead-letter reasons with their counters (:func:`dead_letter_stat`).
+"""The stats vocabulary of a task batch: the counters a worker carries to the driver in its "stats" row, each
+declared once in :data:`STATS` with whether a replayed batch zeroes it and the Prometheus counter it feeds, if a
+plain one (:data:`STATS_FIELDS`, :data:`REPLAY_ZEROED` and :data:`service.metrics.STAT_COUNTERS` derive from it), the
+histogram bucket bounds the workers count into (:func:`bucket_counts`) and the dead-letter reasons with their
+counters (:func:`dead_letter_stat`). No Prometheus import here: the workers read this module.
 
 One definition, read by the workers (:mod:`service.task.runner`) and the driver's metrics (:mod:`service.metrics`).
 """
@@ -8,7 +10,8 @@ One definition, read by the workers (:mod:`service.task.runner`) and the driver'
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
@@ -16,6 +19,9 @@ from connectors.serde import REASONS as SERDE_REASONS
 
 __all__ = [
     "OUTPUT_KINDS",
+    "CounterSpec",
+    "StatSpec",
+    "STATS",
     "STATS_FIELDS",
     "REPLAY_ZEROED",
     "LATENESS_BUCKETS_MS",
@@ -57,73 +63,192 @@ def dead_letter_stat(reason: str) -> str:
 
 OUTPUT_KINDS = ("changelog", "late", "dlq", "stats")
 
-#: per-task, per-batch counters carried to the driver in the "stats" row (the order of its ``stats`` array)
-STATS_FIELDS = (
-    "records",  # input records seen
-    "aggregated",  # accepted by the processor
-    "late",  # dropped as late (R8)
-    "dead_lettered",  # undecodable / invalid
-    "changelog",  # changelog records produced
-    "windows_created",
-    "windows_updated",
-    "skipped_windows",  # closed windows a partially-late record skipped (R13)
-    "windows_expired",
-    "state_cache_hit",  # 1 when the worker's cached processor was valid (no state reads)
-    "state_buckets_loaded",
-    "state_buckets_written",
-    "state_buckets_deleted",
-    "state_keys_written",
-    "state_log_replayed",  # log entries replayed to bring a processor up to the committed state (see TaskState)
-    "state_snapshot",  # 1 when the batch wrote a snapshot (key buckets) instead of a log entry
-    "state_log_shared",  # log entries this worker replayed while idle (worker.spool) since its last task batch
-    "state_log_shared_ns",  # and the time it took (not part of process_ns)
-    "task_forwarded",  # 1 when the batch ran in the Python worker that owns the task, not Spark's (worker.owners)
-    "stream_time",  # the task's stream time after the batch (-1: none yet)
-    "max_offset",  # largest input offset in the batch
-    "lateness_ms_sum",  # sum over accepted + late records of stream_time - ts (>= 0)
-    "lateness_ms_max",
-    "process_ns",  # time spent in the Python task (decode + process + encode + state calls)
-    "state_read_ns",  # of which restoring state (task meta, key blobs, log entries and their replay)
-    "state_write_ns",  # of which exporting and writing state
-    "produce_ns",  # writing the output rows to Kafka from the worker (sink=direct; 0 with Spark's sink)
-    "dead_deserialization",  # of dead_lettered: value/key/schema could not be decoded
-    "dead_invalid",  # of dead_lettered: decoded but not aggregatable (missing key/field/timestamp, wrong type)
-    "state_windows",  # windows held by the task's processor after the batch (absolute, not a delta)
-    "latency_ms_sum",  # sum over accepted records of emit time - record timestamp (>= 0)
+
+@dataclass(frozen=True)
+class CounterSpec:
+    """The Prometheus counter a stat is added to on the driver (:mod:`service.metrics` builds it from this): its
+    name after the ``slidingwindow_`` prefix, its help text, and ``per``: the stat's units in one of the
+    counter's (``1e9`` for a stat in ns counted in seconds)."""
+
+    name: str
+    help: str
+    per: float = 1
+
+
+@dataclass(frozen=True)
+class StatSpec:
+    """One per-task, per-batch counter of the "stats" row: its name, whether a replayed batch that is already in
+    Kafka zeroes it (:data:`REPLAY_ZEROED`), the plain counter it feeds, if any (counters with labels and the
+    other metric kinds are written in :mod:`service.metrics`), and whether the micro-batch's observed value is the
+    tasks' sum or their largest."""
+
+    name: str
+    zeroed_on_replay: bool = False
+    counter: CounterSpec | None = None
+    #: how the driver's observed column (:func:`service.spark.job.observed_columns`) combines the tasks' values
+    observed: Literal["sum", "max"] = "sum"
+
+
+def _buckets(prefix: str, bounds: Sequence[int]) -> tuple[StatSpec, ...]:
+    return tuple(StatSpec(f"{prefix}{i}", zeroed_on_replay=True) for i in range(len(bounds) + 1))
+
+
+_Z = True  # zeroed_on_replay
+
+#: the stats vocabulary, in the order of the "stats" row's ``stats`` array: one declaration per counter, from which
+#: :data:`STATS_FIELDS`, :data:`REPLAY_ZEROED` and the driver's plain Prometheus counters are derived
+STATS: tuple[StatSpec, ...] = (
+    # input records seen
+    StatSpec("records", _Z, CounterSpec("records_consumed_total", "Input records read from Kafka")),
+    # accepted by the processor
+    StatSpec("aggregated", _Z, CounterSpec("records_aggregated_total", "Input records accepted into windows")),
+    StatSpec("late", _Z),  # dropped as late (R8)
+    # undecodable / invalid
+    StatSpec(
+        "dead_lettered",
+        _Z,
+        CounterSpec("records_dead_lettered_total", "Input records written to the dead-letter topic"),
+    ),
+    StatSpec("changelog", _Z),  # changelog records produced
+    StatSpec("windows_created", _Z, CounterSpec("windows_created_total", "Windows created")),
+    StatSpec("windows_updated", _Z, CounterSpec("windows_updated_total", "Existing windows updated")),
+    # closed windows a partially-late record skipped (R13)
+    StatSpec(
+        "skipped_windows",
+        _Z,
+        CounterSpec("skipped_windows_total", "Closed windows a partially-late record skipped (R13)"),
+    ),
+    StatSpec("windows_expired", _Z, CounterSpec("windows_expired_total", "Windows removed by retention")),
+    # 1 when the worker's cached processor was valid (no state reads)
+    StatSpec(
+        "state_cache_hit",
+        counter=CounterSpec("state_cache_hits_total", "Task batches served from the worker's cached processor"),
+    ),
+    StatSpec("state_buckets_loaded"),
+    StatSpec(
+        "state_buckets_written",
+        counter=CounterSpec("state_buckets_written_total", "Key buckets written to the state store"),
+    ),
+    StatSpec("state_buckets_deleted"),
+    StatSpec("state_keys_written"),
+    # log entries replayed to bring a processor up to the committed state (see TaskState)
+    StatSpec(
+        "state_log_replayed",
+        counter=CounterSpec(
+            "state_log_replayed_total",
+            "Task log entries replayed to bring a processor to the committed state (a worker behind its task, or a "
+            "restore)",
+        ),
+    ),
+    # 1 when the batch wrote a snapshot (key buckets) instead of a log entry
+    StatSpec(
+        "state_snapshot",
+        counter=CounterSpec(
+            "state_snapshots_total", "Task batches that wrote a snapshot (key buckets) instead of a log entry"
+        ),
+    ),
+    # log entries this worker replayed while idle (worker.spool) since its last task batch
+    StatSpec(
+        "state_log_shared",
+        counter=CounterSpec(
+            "state_log_shared_total",
+            "Task log entries an idle Python worker replayed from "
+            "the other workers' shared files (off the batches' critical path)",
+        ),
+    ),
+    StatSpec("state_log_shared_ns"),  # and the time it took (not part of process_ns)
+    # 1 when the batch ran in the Python worker that owns the task, not Spark's (worker.owners)
+    StatSpec(
+        "task_forwarded",
+        counter=CounterSpec(
+            "task_batches_forwarded_total",
+            "Task batches Spark gave one Python worker that ran in the worker owning the task (task_owners)",
+        ),
+    ),
+    StatSpec("stream_time", observed="max"),  # the task's stream time after the batch (-1: none yet)
+    StatSpec("max_offset", observed="max"),  # largest input offset in the batch
+    StatSpec("lateness_ms_sum", _Z),  # sum over accepted + late records of stream_time - ts (>= 0)
+    StatSpec("lateness_ms_max", observed="max"),
+    StatSpec("process_ns"),  # time spent in the Python task (decode + process + encode + state calls)
+    StatSpec("state_read_ns"),  # of which restoring state (task meta, key blobs, log entries and their replay)
+    StatSpec("state_write_ns"),  # of which exporting and writing state
+    StatSpec("produce_ns"),  # writing the output rows to Kafka from the worker (sink=direct; 0 with Spark's sink)
+    StatSpec("dead_deserialization", _Z),  # of dead_lettered: value/key/schema could not be decoded
+    # of dead_lettered: decoded but not aggregatable (missing key/field/timestamp, wrong type)
+    StatSpec("dead_invalid", _Z),
+    StatSpec("state_windows"),  # windows held by the task's processor after the batch (absolute, not a delta)
+    StatSpec("latency_ms_sum", _Z),  # sum over accepted records of emit time - record timestamp (>= 0)
     # histogram bucket counts (NOT cumulative; last = above the largest bound), bounds above
-    *(f"lateness_b{i}" for i in range(len(LATENESS_BUCKETS_MS) + 1)),
-    *(f"latency_b{i}" for i in range(len(LATENCY_BUCKETS_MS) + 1)),
+    *_buckets("lateness_b", LATENESS_BUCKETS_MS),
+    *_buckets("latency_b", LATENCY_BUCKETS_MS),
     # of dead_lettered, per reason (the ``error`` header; dead_letter_stat names them)
-    *(dead_letter_stat(r) for r in DEAD_LETTER_REASONS),
-    "missing_field_records",  # of dead_lettered: lacking a field the aggregations read (likely a typo)
+    *(StatSpec(dead_letter_stat(r), _Z) for r in SERDE_REASONS),
+    StatSpec(
+        dead_letter_stat("processing-error"),
+        _Z,
+        CounterSpec(
+            "processing_errors_total",
+            "Records whose processing raised (a bug, not bad input): dead-lettered with "
+            "processing_exception_handler=continue",
+        ),
+    ),
+    # of dead_lettered: lacking a field the aggregations read (likely a typo)
+    StatSpec(
+        "missing_field_records",
+        _Z,
+        CounterSpec(
+            "records_missing_field_total",
+            "Records dead-lettered because they lack a "
+            "field an aggregation reads (most of a batch: likely a typo in --aggregations; the "
+            "worker log names the field)",
+        ),
+    ),
     # processing_guarantee=exactly_once (connectors.transactions; 0 with at_least_once)
-    "txn_committed",  # 1 when the batch's transaction committed
-    "txn_aborted",  # transactions of this batch aborted or fenced before one committed (each redone)
-    "txn_commit_ns",  # time in send_offsets_to_transaction + commit_transaction
-    "txn_skipped",  # 1 when the group's offset already covered the batch: state updated, nothing produced
+    # 1 when the batch's transaction committed
+    StatSpec(
+        "txn_committed",
+        counter=CounterSpec(
+            "transactions_committed_total",
+            "Kafka transactions committed (exactly_once: one per task micro-batch with output: its rows and its "
+            "input offset)",
+        ),
+    ),
+    # transactions of this batch aborted or fenced before one committed (each redone)
+    StatSpec(
+        "txn_aborted",
+        counter=CounterSpec(
+            "transactions_aborted_total",
+            "Kafka transactions aborted or fenced and redone (exactly_once; a batch that then failed is replayed by "
+            "Spark)",
+        ),
+    ),
+    # time in send_offsets_to_transaction + commit_transaction
+    StatSpec(
+        "txn_commit_ns",
+        counter=CounterSpec(
+            "transaction_commit_seconds_total",
+            "Time in sending the input offset and committing the transactions (exactly_once)",
+            per=1e9,
+        ),
+    ),
+    # 1 when the group's offset already covered the batch: state updated, nothing produced
+    StatSpec(
+        "txn_skipped",
+        counter=CounterSpec(
+            "task_batches_already_committed_total",
+            "Replayed task micro-batches "
+            "whose transaction had committed (exactly_once): state rebuilt, nothing "
+            "produced, not counted in the record counters again",
+        ),
+    ),
 )
+
+#: per-task, per-batch counters carried to the driver in the "stats" row (the order of its ``stats`` array)
+STATS_FIELDS: tuple[str, ...] = tuple(s.name for s in STATS)
 
 #: the counters of what a batch read and wrote, zeroed in a replayed batch that is already in Kafka
 #: (processing_guarantee=exactly_once), so the service's counters stay exact across a replay
-REPLAY_ZEROED = (
-    "records",
-    "aggregated",
-    "late",
-    "dead_lettered",
-    "changelog",
-    "windows_created",
-    "windows_updated",
-    "skipped_windows",
-    "windows_expired",
-    "dead_deserialization",
-    "dead_invalid",
-    *(dead_letter_stat(r) for r in DEAD_LETTER_REASONS),
-    "missing_field_records",
-    "lateness_ms_sum",
-    "latency_ms_sum",
-    *(f"lateness_b{i}" for i in range(len(LATENESS_BUCKETS_MS) + 1)),
-    *(f"latency_b{i}" for i in range(len(LATENCY_BUCKETS_MS) + 1)),
-)
+REPLAY_ZEROED: tuple[str, ...] = tuple(s.name for s in STATS if s.zeroed_on_replay)
 
 
 #: dead-letter reasons (connectors.serde.REASONS) counted as ``reason="deserialization"``; the rest are "invalid"

@@ -32,6 +32,21 @@ def test_every_metric_family_is_documented():
         assert f"`{name}" in text, f"{name} not in README 'Operating it'"
 
 
+def test_every_declared_stat_counter_is_in_the_metrics_table():
+    """The counters declared with the worker stats (service.task.stats.STATS) have a row of the metrics table
+    under their full name (the families test above checks the names without ``_total``)."""
+    from service.metrics import PREFIX
+    from service.task.stats import STATS
+
+    text = section()
+    declared = [PREFIX + s.counter.name for s in STATS if s.counter is not None]
+    assert declared
+    for name in declared:
+        assert re.search(rf"^\|[^\n]*`{re.escape(name)}`", text, re.MULTILINE), (
+            f"{name} not in the README metrics table"
+        )
+
+
 def test_every_panel_is_explained():
     dash = json.loads((ROOT / "deploy/grafana/dashboards/slidingwindow.json").read_text())
     text = section().lower()

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from service import metrics
 from service.metrics import LATENCY_BUCKETS_MS, LATENESS_BUCKETS_MS, REGISTRY, BulkHistogram, LagPoller
-from service.task.stats import STATS_FIELDS, bucket_counts
+from service.task.stats import STATS, STATS_FIELDS, bucket_counts
 
 
 def val(name: str, **labels: str) -> float:
@@ -153,6 +153,24 @@ def test_record_progress_updates_every_metric():
     assert val("slidingwindow_max_offsets_behind_latest_records") == 5
     assert val("slidingwindow_consumer_lag_records", topic="in", partition="0") == 10
     assert val("slidingwindow_consumer_lag_records", topic="in", partition="1") == 0
+
+
+def test_every_declared_stat_counter_counts_its_stat():
+    """Each plain counter declared with its stat (service.task.stats.STATS) is built and grows by the stat's
+    observed sum, in the counter's unit."""
+    counted = [s for s in STATS if s.counter is not None]
+    assert {s.name for s in counted} == set(metrics.STAT_COUNTERS)
+    names = [metrics.PREFIX + s.counter.name for s in counted if s.counter is not None]
+    before = [val(n) for n in names]
+    metrics.record_progress({s.name: 1000 + 3 * i for i, s in enumerate(counted)}, {})
+    for i, (s, n, b) in enumerate(zip(counted, names, before, strict=True)):
+        assert s.counter is not None
+        assert val(n) - b == pytest.approx((1000 + 3 * i) / s.counter.per), n
+
+
+def test_stats_observed_as_the_largest_are_the_absolute_ones():
+    """The observed column of a micro-batch sums the tasks' stats except these, whose largest is kept."""
+    assert {s.name for s in STATS if s.observed == "max"} == {"stream_time", "max_offset", "lateness_ms_max"}
 
 
 def test_stream_time_gauge_is_the_largest_ever_seen_not_the_last_batchs():
