@@ -270,6 +270,13 @@ def summarize(passes: list[list]) -> dict:
     }
 
 
+def _changelog_rows(progs) -> int:
+    """Window updates the service wrote in these micro-batches (its observed counter; 0 for the built-in)."""
+    return sum(
+        int(o["changelog"] or 0) for p in progs if (o := (p.observedMetrics or {}).get("slidingwindow")) is not None
+    )
+
+
 def print_batches(progs):
     """One line per micro-batch: Spark's duration parts and, for the service, its per-batch counters (task
     times are summed over the batch's tasks)."""
@@ -535,6 +542,10 @@ def main() -> int:
             "grace": args.grace,
             "emit": "update",
             "checkpoint_dir": str(work / f"ck-{name}"),
+            # its own consumer group and transactional ids per pass: exactly_once skips the output of every batch
+            # that the group's committed offsets already cover, so a pass sharing the group of an earlier pass over
+            # the same topic wrote nothing (the 2026-11-25 run's second passes)
+            "app_name": f"{run}-{name}",
             "metrics_port": 0,
             "state_partitions": args.state_partitions,
             "trigger_interval": 0,
@@ -590,6 +601,8 @@ def main() -> int:
         else:
             q = service_query(spark, settings(f"svc-{slug(name)}{n}", input_topics=source, **services[name]))
         r = drain(q, records, args.timeout)
+        if name != "builtin" and not _changelog_rows(r["progress"]):
+            raise RuntimeError(f"{name} (pass {n}) wrote no window updates: its figures would be invalid")
         print(f"{name} (pass {n}):", {k: v for k, v in r.items() if k != "progress"}, flush=True)
         print_batches(r["progress"])
         return r

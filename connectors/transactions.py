@@ -47,6 +47,7 @@ __all__ = [
     "TaskProducer",
     "TransactionFailed",
     "commit_group_offsets",
+    "committed_group_offsets",
     "drop_task_producers",
     "task_producer",
     "transactional_config",
@@ -333,6 +334,21 @@ def drop_task_producers() -> None:
         items = [k for k in _TASKS if k[0] == os.getpid()]
         for k in items:
             _TASKS.pop(k).close()
+
+
+def committed_group_offsets(
+    client_config: Mapping[str, str], group: str, partitions: Mapping[str, int], timeout: float = 10.0
+) -> dict[tuple[str, int], int]:
+    """``{(topic, partition): next offset}`` that ``group`` has committed for the topics' partitions
+    (``partitions``: topic -> partition count); partitions without a committed offset are left out."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({**client_config, "group.id": group, "enable.auto.commit": False, "isolation.level": "read_committed"})
+    try:
+        got = c.committed([TopicPartition(t, p) for t, n in partitions.items() for p in range(n)], timeout=timeout)
+        return {(tp.topic, tp.partition): int(tp.offset) for tp in got if tp.offset >= 0}
+    finally:
+        c.close()
 
 
 # ------------------------------------------------------------------------------------------- at_least_once side

@@ -76,6 +76,8 @@ def prepare(settings: Settings) -> TaskConfig:
         except ValueError as e:
             raise ServiceError(f"{e} (settings bootstrap_servers, kafka_options; or use --sink spark)") from None
     parts = wait_for_inputs(settings)
+    if settings.processing_guarantee == "exactly_once":
+        _warn_group_ahead_of_new_checkpoint(settings, client, parts)
     try:
         return _prepare_outputs(settings, client, parts)
     except AdminError as e:
@@ -201,6 +203,33 @@ def task_config(settings: Settings, key_schema_id: int | None = None, value_sche
     )
 
 
+def _warn_group_ahead_of_new_checkpoint(settings: Settings, client: dict[str, str], parts: dict[str, int]) -> None:
+    """exactly_once on a checkpoint without micro-batches while the group ``app_name`` already holds offsets of
+    the input: every batch those offsets cover is taken for a replay of a committed one and writes nothing (the
+    group belongs to an earlier deployment - another app_name, or delete the group, gives a full re-run). One
+    WARNING line; a failed look-up is no reason not to start."""
+    from pathlib import Path
+
+    from connectors.transactions import committed_group_offsets
+
+    ck = settings.checkpoint_dir
+    if "://" in ck or any((Path(ck) / "offsets").glob("[0-9]*")):
+        return
+    try:
+        group = committed_group_offsets(client, settings.app_name, parts)
+    except Exception as e:
+        logger.debug("cannot read the committed offsets of group %s: %s", settings.app_name, e)
+        return
+    if group:
+        logger.warning(
+            "processing_guarantee=exactly_once on a new checkpoint, but the group %s already committed offsets of "
+            "the input (%s): the records before them are taken as written and produce no output - give this "
+            "deployment its own app_name, or delete the group, to process them again",
+            settings.app_name,
+            ", ".join(f"{t}-{p}@{o}" for (t, p), o in sorted(group.items())),
+        )
+
+
 def _check_kafka_access(settings: Settings, client: dict[str, str]) -> None:
     """With TLS or SASL configured, fail at start in one line naming the setting when the broker refuses us."""
     from connectors.security import KafkaAccessError, check_access
@@ -280,6 +309,13 @@ def _on_progress(
                 logger.warning("cannot commit the processed offsets", exc_info=True)
         if report.records or report.changelog:
             on_batch(report)
+        if skipped := report.observed.get("txn_skipped", 0):  # exactly_once, after a crash: worth a line
+            logger.info(
+                "batch %d: %d task batch(es) already committed by an earlier run (its transaction): "
+                "state rebuilt, nothing written again",
+                report.batch_id,
+                skipped,
+            )
 
     return on_progress
 

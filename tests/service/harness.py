@@ -15,7 +15,15 @@ from typing import Any
 
 from tests.service.events import Event
 
-__all__ = ["ServiceProcess", "produce", "consume_all", "committed_offsets", "wait_until_committed", "OutRecord"]
+__all__ = [
+    "ServiceProcess",
+    "produce",
+    "produce_transactions",
+    "consume_all",
+    "committed_offsets",
+    "wait_until_committed",
+    "OutRecord",
+]
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -107,6 +115,25 @@ def produce(
     assert p.flush(60) == 0, "undelivered records"
     assert not errors, errors[:3]
     return counts
+
+
+def produce_transactions(bootstrap: str, topic: str, transactions: Sequence[tuple[Sequence[Event], bool]]) -> None:
+    """An upstream transactional producer: each ``(events, commit)`` in one transaction, in order, committed or
+    aborted (its records stay in the log, flagged aborted for ``read_committed`` readers)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"upstream-{topic}", "linger.ms": 5})
+    p.init_transactions(60)
+    for events, commit in transactions:
+        p.begin_transaction()
+        for ev in events:
+            p.produce(topic, key=ev.key, value=ev.value, partition=ev.partition, timestamp=ev.timestamp)
+            p.poll(0)
+        assert p.flush(60) == 0, "undelivered records"
+        if commit:
+            p.commit_transaction(60)
+        else:
+            p.abort_transaction(60)
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,20 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from devtools.local_broker import LocalKafkaBroker, find_free_port
 from tests.service.events import changelog_final, payment_events, replay
-from tests.service.harness import ServiceProcess, committed_offsets, produce, wait_until_committed
+from tests.service.harness import (
+    ServiceProcess,
+    committed_offsets,
+    produce,
+    produce_transactions,
+    wait_until_committed,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -73,9 +80,12 @@ def _args(bootstrap: str, topics: dict[str, str], checkpoint: Path, guarantee: s
     ]  # fmt: skip
 
 
-def read_committed(bootstrap: str, topic: str, idle_s: float = 4.0) -> list[tuple[int, int, bytes, bytes, dict]]:
-    """Every committed record of ``topic`` (isolation.level=read_committed), in (partition, offset) order: read
-    until nothing more arrives for ``idle_s`` (the high watermark may be a transaction marker, never delivered)."""
+def read_committed(
+    bootstrap: str, topic: str, idle_s: float = 4.0, isolation: str = "read_committed"
+) -> list[tuple[int, int, bytes, bytes, dict]]:
+    """Every committed record of ``topic`` (``isolation``: read_uncommitted also gives the aborted ones), in
+    (partition, offset) order: read until nothing more arrives for ``idle_s`` (the high watermark may be a
+    transaction marker, never delivered)."""
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer(
@@ -83,7 +93,7 @@ def read_committed(bootstrap: str, topic: str, idle_s: float = 4.0) -> list[tupl
             "bootstrap.servers": bootstrap,
             "group.id": f"eos-check-{time.monotonic_ns()}",
             "enable.auto.commit": False,
-            "isolation.level": "read_committed",
+            "isolation.level": isolation,
         }
     )
     try:
@@ -102,12 +112,16 @@ def read_committed(bootstrap: str, topic: str, idle_s: float = 4.0) -> list[tupl
         c.close()
 
 
-def _high_watermarks(bootstrap: str, topic: str) -> int:
+def _high_watermarks(bootstrap: str, topic: str, isolation: str = "read_committed") -> int:
+    """The end offsets of ``topic`` summed over its partitions: with read_committed the last stable offsets
+    (before the first open transaction), with read_uncommitted the high watermarks (open transactions too)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = _GROUP_READERS.get((bootstrap, ""))
+    c = _GROUP_READERS.get((bootstrap, isolation))
     if c is None:
-        c = _GROUP_READERS[(bootstrap, "")] = Consumer({"bootstrap.servers": bootstrap, "group.id": "eos-probe"})
+        c = _GROUP_READERS[(bootstrap, isolation)] = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": "eos-probe", "isolation.level": isolation}
+        )
     return sum(
         c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]  # type: ignore[attr-defined]
         for p in range(PARTITIONS)
@@ -153,19 +167,36 @@ def _kill_when(
         svc.kill()
 
 
-def _output_written_mid_batch(bootstrap: str, topic: str, ck: Path) -> Callable[[int, dict[int, int]], bool]:
-    """Holds when a batch is in flight (planned, not committed) and the output topic grew since its start."""
+def _output_written_mid_batch(
+    bootstrap: str, topic: str, ck: Path, open_transaction: bool
+) -> Callable[[int, dict[int, int]], bool]:
+    """Holds when a batch is in flight (planned, not committed) and the output topic grew since its start;
+    ``open_transaction``: with records of a transaction not yet committed (the kill then leaves it to be aborted)."""
     seen: dict[int, int] = {}
 
     def cond(batch: int, _offsets: dict[int, int]) -> bool:
         inflight = (ck / "offsets" / str(batch + 1)).exists()
-        hw = _high_watermarks(bootstrap, topic)
+        hw = _high_watermarks(bootstrap, topic, "read_uncommitted")
         if batch + 1 not in seen or not inflight:
             seen[batch + 1] = hw
             return False
-        return hw > seen[batch + 1]
+        return hw > seen[batch + 1] and (not open_transaction or hw > _high_watermarks(bootstrap, topic))
 
     return cond
+
+
+def _open_transaction(bootstrap: str, topic: str) -> bool:
+    """``topic`` holds records of a transaction still open: of a killed producer, it stays open until the next
+    producer of its transactional id fences it (an abort) or its timeout - a commit cannot come any more. Looked
+    at after a second, when a transaction that did commit has its markers written."""
+    time.sleep(1)
+    return _high_watermarks(bootstrap, topic, "read_uncommitted") > _high_watermarks(bootstrap, topic)
+
+
+#: starts per provoked moment: a kill may miss it (the batch completes between the look and the SIGKILL)
+ATTEMPTS = 3
+#: the restarted service's log line when a task batch's transaction had committed before the crash
+REPLAYED_LINE = "already committed by an earlier run"
 
 
 def _run_with_chaos(
@@ -189,26 +220,62 @@ def _run_with_chaos(
         run += 1
         return ServiceProcess(args, tmp_path / f"{guarantee}-{run}.log").start()
 
+    eos = guarantee == "exactly_once"
+
+    def logs() -> str:
+        return "".join(p.read_text(errors="replace") for p in sorted(tmp_path.glob(f"{guarantee}-*.log")))
+
+    def provoke(
+        kind: str,
+        condition: Callable[[], Callable[[int, dict[int, int]], bool]],
+        verify: Callable[[], bool],
+        timeout: float = 240,
+    ) -> None:
+        """Start, kill at ``condition``; again (up to ATTEMPTS starts) while ``verify`` says the moment was missed."""
+        ok = False
+        for _attempt in range(ATTEMPTS):
+            ok = _kill_when(start(), ck, condition(), timeout) and verify()
+            if ok:
+                break
+        log["provoked"].append((kind, ok))
+
+    def txn_ahead() -> Callable[[int, dict[int, int]], bool]:
+        def cond(_batch: int, offsets: dict[int, int]) -> bool:
+            group = _group_offsets(bs, app, topics["in"])
+            return any(o > offsets.get(p, 0) for p, o in group.items())
+
+        return cond
+
+    def still_ahead() -> bool:  # after the kill: the checkpoint cannot catch up any more
+        offsets = {p: o for parts in committed_offsets(ck)[1].values() for p, o in parts.items()}
+        return txn_ahead()(0, offsets)
+
     for k in range(kills):
-        svc = start()
-        if k == 0:  # mid-batch, after some of its output reached Kafka
-            log["provoked"].append(("mid-batch", _kill_when(svc, ck, _output_written_mid_batch(bs, topics["out"], ck))))
-        elif k == 1 and guarantee == "exactly_once":  # a transaction committed, Spark's commit not yet written
-
-            def txn_ahead(_batch: int, offsets: dict[int, int]) -> bool:
-                group = _group_offsets(bs, app, topics["in"])
-                return any(o > offsets.get(p, 0) for p, o in group.items())
-
-            log["provoked"].append(("txn-committed-checkpoint-not", _kill_when(svc, ck, txn_ahead, timeout=120)))
+        if k == 0:  # mid-batch, after some of its output reached Kafka (exactly_once: in an open transaction)
+            provoke(
+                "mid-batch",
+                lambda: _output_written_mid_batch(bs, topics["out"], ck, open_transaction=eos),
+                (lambda: _open_transaction(bs, topics["out"])) if eos else (lambda: True),
+            )
+        elif k == 1 and eos:  # a transaction committed, Spark's commit not yet written
+            provoke("txn-committed-checkpoint-not", txn_ahead, still_ahead, timeout=120)
         else:  # a random moment: 0.2-2.5 s after this run's first micro-batch commit
+            svc = start()
             first = committed_offsets(ck)[0]
             delay = rnd.uniform(0.2, 2.5)
             at: list[float] = []
+            # after the commit-vs-checkpoint kill, not before the replay it leaves was reported (the log line)
+            replay_pending = eos and k == 2 and log["provoked"][-1] == ("txn-committed-checkpoint-not", True)
 
             def random_moment(
-                b: int, _o: dict[int, int], first: int = first, delay: float = delay, at: list[float] = at
+                b: int,
+                _o: dict[int, int],
+                first: int = first,
+                delay: float = delay,
+                at: list[float] = at,
+                replay_pending: bool = replay_pending,
             ) -> bool:
-                if b > first and not at:
+                if b > first and not at and not (replay_pending and REPLAYED_LINE not in logs()):
                     at.append(time.monotonic())
                 return bool(at) and time.monotonic() - at[0] > delay
 
@@ -242,6 +309,8 @@ def _run_with_chaos(
     out = {name: read_committed(bs, topics[name]) for name in ("out", "late", "dlq")}
     log["group"] = _group_offsets(bs, app, topics["in"])
     log["ends"] = ends
+    log["changelog_read_uncommitted"] = len(read_committed(bs, topics["out"], isolation="read_uncommitted"))
+    log["replayed_lines"] = logs().count(REPLAYED_LINE)
     return topics, [exp, out], log
 
 
@@ -276,7 +345,12 @@ def _check_exact_values(exp, out) -> None:
 
 def test_exactly_once_under_kills_and_a_broker_restart(broker, tmp_path):
     _topics_used, (exp, out), log = _run_with_chaos(broker, tmp_path, "exactly_once", kills=3, restart_broker=True)
-    print("chaos:", log["provoked"])
+    print(
+        "chaos:",
+        log["provoked"],
+        f"changelog records read_uncommitted {log['changelog_read_uncommitted']} / read_committed {len(out['out'])},",
+        f"already-committed log lines {log['replayed_lines']}",
+    )
     _check_exact_values(exp, out)
     assert _repeats(out) == {"changelog": 0, "late": 0, "dlq": 0}
     # per window, the updates come in the order of the window's growth (record_count strictly increasing)
@@ -290,6 +364,13 @@ def test_exactly_once_under_kills_and_a_broker_restart(broker, tmp_path):
     assert [k for k, ok in log["provoked"] if k == "mid-batch"] and all(
         ok for k, ok in log["provoked"] if k == "mid-batch"
     )
+    # the mid-batch kill left a transaction open: its records are in the log, aborted - a read_uncommitted
+    # consumer sees them, the read_committed one does not
+    assert log["changelog_read_uncommitted"] > len(out["out"]), log
+    # the kill between a transaction's commit and Spark's checkpoint happened, and the next run took the
+    # already-committed path (state rebuilt, nothing written again: the repeats above are 0)
+    assert ("txn-committed-checkpoint-not", True) in log["provoked"], log["provoked"]
+    assert log["replayed_lines"] >= 1, log
 
 
 def test_at_least_once_repeats_output_after_a_mid_batch_kill(broker, tmp_path):
@@ -300,3 +381,86 @@ def test_at_least_once_repeats_output_after_a_mid_batch_kill(broker, tmp_path):
     assert repeats["changelog"] > 0, repeats  # the replayed batch wrote its updates again
     # at_least_once also commits the processed offsets to the group (after each batch, for monitoring)
     assert log["group"] == dict(log["ends"])
+
+
+def test_exactly_once_reads_only_committed_upstream_transactions(broker, tmp_path):
+    """Input from an upstream transactional producer: a committed transaction, an aborted one (the same keys,
+    partitions and event times, amounts no window could reach otherwise), a committed one. The service aggregates
+    the committed records only: every window's final value is the engine's over them, no aborted amount in any."""
+    bs = broker.bootstrap_servers
+    topics = _topics(bs, "upstream")
+    events = payment_events(600, keys=12, partitions=PARTITIONS, td=TD, grace=GRACE, seed=3233)
+    aborted_amount = 10**9
+    aborted = [replace(e, value=json.dumps({"amount": aborted_amount}).encode()) for e in events[200:400]]
+    produce_transactions(bs, topics["in"], [(events[:200], True), (aborted, False), (events[200:], True)])
+    assert len(read_committed(bs, topics["in"], idle_s=2, isolation="read_uncommitted")) == len(events) + len(aborted)
+    ck = tmp_path / "checkpoint"
+    app = f"eos-upstream-{time.monotonic_ns()}"
+    svc = ServiceProcess(_args(bs, topics, ck, "exactly_once", app), tmp_path / "service.log").start()
+    try:  # read_committed: the source's end is past the last commit marker
+        wait_until_committed(ck, topics["in"], _high_watermarks_by_partition(bs, topics["in"]), svc, timeout=240)
+    finally:
+        rc = svc.stop()
+    assert rc == 0, svc.tail()
+    exp = replay(events, td=TD, grace=GRACE, aggregations=AGGS, emit="update")
+    out = read_committed(bs, topics["out"])
+    assert changelog_final((k, v) for _p, _o, k, v, _h in out) == exp.final
+    assert all(max(json.loads(v)["aggregates"].values()) < aborted_amount for *_x, v, _h in out), (
+        "an aborted record was aggregated"
+    )
+
+
+def _high_watermarks_by_partition(bootstrap: str, topic: str) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "eos-probe"})
+    try:
+        return {
+            p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1] for p in range(PARTITIONS)
+        }
+    finally:
+        c.close()
+
+
+def test_a_new_checkpoint_with_a_group_that_has_offsets_warns_at_start(broker, tmp_path, caplog):
+    """exactly_once on an empty checkpoint while the group app_name already committed input offsets: the
+    batches before them would write nothing - one WARNING at start names the group (no Spark needed)."""
+    from confluent_kafka import Consumer
+
+    from connectors.transactions import commit_group_offsets
+    from service.driver import prepare
+    from service.settings import Settings
+
+    bs = broker.bootstrap_servers
+    topics = _topics(bs, "warn")
+    app = f"eos-warn-{time.monotonic_ns()}"
+
+    def settings(checkpoint: Path) -> Settings:
+        return Settings(
+            bootstrap_servers=bs,
+            input_topics=topics["in"],
+            changelog_topic=topics["out"],
+            late_topic=topics["late"],
+            dead_letter_topic=topics["dlq"],
+            changelog_format="json",
+            changelog_key_format="json",
+            aggregations=AGGS,
+            checkpoint_dir=str(checkpoint),
+            processing_guarantee="exactly_once",
+            sink="direct",
+            app_name=app,
+        )
+
+    with caplog.at_level("WARNING", logger="service.driver"):
+        prepare(settings(tmp_path / "ck1"))
+    assert not [r for r in caplog.records if "already committed offsets" in r.getMessage()]
+    c = Consumer({"bootstrap.servers": bs, "group.id": app, "enable.auto.commit": False})
+    try:
+        commit_group_offsets(c, {(topics["in"], 1): 5})
+    finally:
+        c.close()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="service.driver"):
+        prepare(settings(tmp_path / "ck2"))
+    warned = [r.getMessage() for r in caplog.records if "already committed offsets" in r.getMessage()]
+    assert len(warned) == 1 and app in warned[0] and f"{topics['in']}-1@5" in warned[0], caplog.text

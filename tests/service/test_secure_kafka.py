@@ -8,7 +8,6 @@ password stops the service at start with one line naming the setting; clients wi
 from __future__ import annotations
 
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from tests.service.events import changelog_final, payment_events, replay
 from tests.service.harness import ServiceProcess, consume_all, produce, wait_until_committed
 from tests.service.test_e2e import AGGS, GRACE, TD
 from tests.service.test_e2e import service_args as e2e_args
+from tests.service.test_metrics_e2e import scrape, value
 
 pytestmark = pytest.mark.integration
 
@@ -115,7 +115,11 @@ def test_service_runs_over_sasl_ssl_with_only_its_acls(secure_kafka: SecureKafka
     ).start()
     try:
         wait_until_committed(ck, topics["in"], ends, svc, timeout=240)
-        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        # the listener reports the last micro-batch shortly after its commit
+        deadline = time.monotonic() + 30
+        while value(metrics := scrape(port), "slidingwindow_records_consumed_total") < len(events):
+            assert time.monotonic() < deadline, metrics
+            time.sleep(0.5)
     finally:
         rc = svc.stop()
     assert rc == 0, svc.tail()
@@ -128,6 +132,17 @@ def test_service_runs_over_sasl_ssl_with_only_its_acls(secure_kafka: SecureKafka
     assert "Traceback" not in log
     assert SERVICE_PASSWORD not in log and SERVICE_PASSWORD not in metrics
     assert "slidingwindow_" in metrics
+    # every record counted once (no crash here, so no batch replayed)
+    assert value(metrics, "slidingwindow_records_consumed_total") == len(events)
+    assert value(metrics, "slidingwindow_records_produced_total", kind="changelog") == len(changelog)
+    assert value(metrics, "slidingwindow_records_produced_total", kind="late") == len(exp.late)
+    assert value(metrics, "slidingwindow_records_produced_total", kind="dead_letter") == len(exp.dead)
+    if guarantee:  # one transaction per task batch with output, each commit timed; none skipped as a replay
+        assert value(metrics, "slidingwindow_transactions_committed_total") > 0
+        assert value(metrics, "slidingwindow_transaction_commit_seconds_total") > 0
+        assert value(metrics, "slidingwindow_task_batches_already_committed_total") == 0
+    else:
+        assert value(metrics, "slidingwindow_transactions_committed_total") == 0
 
 
 @pytest.mark.parametrize("wrong", ["password", "ca"])
