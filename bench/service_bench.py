@@ -416,7 +416,7 @@ def main() -> int:
     ap.add_argument(
         "--service-settings",
         default="",
-        help="extra settings of the service, comma-separated name=value (e.g. state_log_share=false)",
+        help="extra settings of the service, comma-separated name=value (e.g. task_owners=false)",
     )
     ap.add_argument("--records", type=int, default=300_000)
     ap.add_argument("--keys", type=int, default=10_000)

@@ -24,7 +24,6 @@ from service import metrics
 from service.checkpoint_access import checkpoint_dir_problem
 from service.settings import Settings
 from service.task.config import TaskConfig
-from service.worker.spool import spool_id
 
 __all__ = ["prepare", "run", "task_config", "BatchReport", "ServiceError", "failure_line"]
 
@@ -166,7 +165,7 @@ def _prepare_outputs(settings: Settings, client: dict[str, str], parts: dict[str
 
 def task_config(settings: Settings, key_schema_id: int | None = None, value_schema_id: int | None = None) -> TaskConfig:
     """The task config the workers get (picklable): the settings a task batch reads, the changelog's schema ids,
-    and this run's spool id and random owners key."""
+    and this run's random owners key."""
     from connectors.output import ChangelogSpec
     from connectors.producer import producer_config
     from connectors.serde import InputSpec
@@ -190,7 +189,6 @@ def task_config(settings: Settings, key_schema_id: int | None = None, value_sche
         state_buckets=settings.state_buckets,
         state_cache=settings.state_cache,
         state_snapshot_every=settings.state_snapshot_every,
-        log_spool=spool_id(settings.checkpoint_dir) if settings.state_log_share and settings.state_cache else "",
         owners=secrets.token_hex(16) if settings.task_owners and settings.state_cache else "",
         sink=settings.sink,
         batch_produce=settings.batch_produce,

@@ -188,8 +188,7 @@ task_batches = Counter(
 worker_seconds = Counter(
     P + "worker_seconds_total",
     "Time in the Python tasks, by phase "
-    "(process includes state_read and state_write; produce: sink=direct writing output; "
-    "catch_up: an idle worker replaying shared log entries)",
+    "(process includes state_read and state_write; produce: sink=direct writing output)",
     ["phase"],
     registry=REGISTRY,
 )
@@ -237,7 +236,7 @@ for _k in ("changelog", "late", "dead_letter"):
     records_produced.labels(_k)
 for _k in ("memory", "sst"):
     state_bytes.labels(_k)
-for _k in ("process", "state_read", "state_write", "produce", "catch_up"):
+for _k in ("process", "state_read", "state_write", "produce"):
     worker_seconds.labels(_k)
 
 
@@ -317,7 +316,6 @@ def record_progress(
     worker_seconds.labels("state_read").inc(o.get("state_read_ns", 0) / 1e9)
     worker_seconds.labels("state_write").inc(o.get("state_write_ns", 0) / 1e9)
     worker_seconds.labels("produce").inc(o.get("produce_ns", 0) / 1e9)
-    worker_seconds.labels("catch_up").inc(o.get("state_log_shared_ns", 0) / 1e9)
     if any(k.startswith("lateness_b") for k in o):
         record_lateness.add(_buckets(o, "lateness_b", len(LATENESS_BUCKETS_MS)), o.get("lateness_ms_sum", 0) / 1000)
     if any(k.startswith("latency_b") for k in o):

@@ -3,6 +3,8 @@
 Precedence: command-line flag > environment variable > default. Every setting has a flag ``--name-with-dashes``
 and an environment variable ``SLIDINGWINDOW_NAME_IN_CAPS``; ``python -m service run --help`` lists them all with
 their defaults. Invalid values raise :class:`SettingsError` naming the setting, its flag and its variable.
+A removed setting (:data:`REMOVED_SETTINGS`) given as a flag raises :class:`SettingsError` saying so; as an
+environment variable (often left over in a deployment) it logs a warning and is ignored.
 
 Durations accept ``1500ms``, ``10s``, ``5m``, ``1h``, ``1d`` or a bare number of milliseconds.
 """
@@ -10,6 +12,7 @@ Durations accept ``1500ms``, ``10s``, ``5m``, ``1h``, ``1d`` or a bare number of
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +29,7 @@ __all__ = [
     "Settings",
     "SettingsError",
     "SETTINGS",
+    "REMOVED_SETTINGS",
     "ENV_PREFIX",
     "parse_duration_ms",
     "add_arguments",
@@ -35,6 +39,13 @@ __all__ = [
 ]
 
 ENV_PREFIX = "SLIDINGWINDOW_"
+
+logger = logging.getLogger(__name__)
+
+#: settings that no longer exist, with what replaces them: the flag fails, the environment variable warns
+REMOVED_SETTINGS = {
+    "state_log_share": "task_owners (on by default) is the one way Python workers share a task",
+}
 
 INPUT_FORMATS = ("json", "avro")
 #: the changelog's value formats are those connectors.output writes (one definition, there)
@@ -419,14 +430,6 @@ class Settings:
         "keep each task's windows in the Python worker between micro-batches "
         "(validated against the state store; false: always read the store)",
     )
-    state_log_share: bool = _s(
-        False,
-        _bool,
-        "also leave each task batch's log entry in a local temp directory, so "
-        "an idle Python worker on the same machine replays the batches another worker ran "
-        "(from a new task's first batch on) and is up to date when Spark hands it the task "
-        "(needs state_cache; with task_owners on it only doubles the window work)",
-    )
     task_owners: bool = _s(
         True,
         _bool,
@@ -621,6 +624,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if f.type in (bool, "bool"):
             kwargs["metavar"] = "{true,false}"
         group.add_argument(flag, **kwargs)
+    for name in REMOVED_SETTINGS:  # hidden: accepted only to fail with a message that names the removal
+        parser.add_argument("--" + name.replace("_", "-"), dest=_removed_dest(name), help=argparse.SUPPRESS)
+
+
+def _removed_dest(name: str) -> str:
+    return "removed_" + name
 
 
 _SECTIONS = {
@@ -638,6 +647,13 @@ _SECTIONS["kafka_security_protocol"] = "Kafka security"
 def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:
     """Settings from parsed flags, falling back to ``SLIDINGWINDOW_*`` variables, then defaults."""
     env = os.environ if environ is None else environ
+    for name, instead in REMOVED_SETTINGS.items():
+        if getattr(args, _removed_dest(name), None) is not None:
+            raise SettingsError(name, f"this setting was removed: {instead}")
+        if ENV_PREFIX + name.upper() in env:
+            logger.warning(
+                "%s is set but the setting %s was removed and is ignored: %s", ENV_PREFIX + name.upper(), name, instead
+            )
     values: dict[str, Any] = {}
     for name in SETTINGS:
         flag_value = getattr(args, name, None)

@@ -169,7 +169,7 @@ def test_task_state_bench_times_batches_and_a_restart() -> None:
     rows = [line.split() for line in run.stdout.splitlines() if line.split() and line.split()[0] == "1"]
     assert [int(r[1]) for r in rows] == [1, 4], run.stdout
     for r in rows:
-        cpu, restore_s, replayed = float(r[3]), float(r[-2]), int(r[-1])
+        cpu, restore_s, replayed = float(r[2]), float(r[-2]), int(r[-1])
         assert cpu > 0 and restore_s >= 0 and 0 <= replayed < int(r[1]), r
     assert int(rows[0][-1]) == 0, run.stdout  # a snapshot every batch: nothing to replay
     assert int(rows[1][-1]) > 0, run.stdout  # every 4th: the restart replays the entries since the last one

@@ -54,9 +54,8 @@ class TaskCache(Protocol):
         """Remove and return the task's entry (a failed batch then leaves none behind)."""
         ...
 
-    def keep(self, key: TaskKey, entry: CachedTask, applied_to: str, log: bytes) -> None:
-        """Keep the task's processor after a batch that took the state from token ``applied_to`` to
-        ``entry.token`` with the log entry ``log``."""
+    def add(self, key: TaskKey, entry: CachedTask) -> None:
+        """Keep the task's processor after its batch (valid while ``entry.token`` is the committed token)."""
         ...
 
 
@@ -84,8 +83,7 @@ def process_task_batch(
     counted in ``produce_ns``, not ``process_ns``.
 
     ``cache`` is the worker's cache of processors (none: every batch restores from the state); the worker runs
-    one batch at a time against it (:func:`service.worker.run.process_task_batch`), which also shares the log
-    entry with the machine's other workers when ``log_spool`` is set (:mod:`service.worker.spool`)."""
+    one batch at a time against it (:func:`service.worker.run.process_task_batch`)."""
     cfg = runner.config
     use_cache = cfg.state_cache and cache is not None
     t_start = time.perf_counter_ns()
@@ -159,12 +157,10 @@ def process_task_batch(
         written = deleted = 0
         snapshot_now = task is None or cur.entries + 1 >= _generation_length(cfg.state_snapshot_every, cur, partition)
         # every batch after the first logs its records; a snapshot batch's entry closes its generation, so a
-        # worker that is behind it still catches up through the log (a new task's too: shared as its first entry,
-        # applied to "")
+        # worker that is behind it still catches up through the log
         assert out.decoded is not None  # TaskRunner.run sets it
-        log = encode_log(token, out.decoded, cfg.value_fields)
         if task is not None:
-            state.put_bucket(log_slot(cur.entries, cur.parity), log)
+            state.put_bucket(log_slot(cur.entries, cur.parity), encode_log(token, out.decoded, cfg.value_fields))
         if snapshot_now:
             for k, blob in proc.export_keys(proc.dirty_keys()).items():
                 key = cast(str, k)  # the service's aggregation keys are str (decoded record keys)
@@ -194,7 +190,7 @@ def process_task_batch(
     finally:
         source.release()
     if use_cache:
-        cache.keep(cache_key, CachedTask(new_token, proc, source, runner), token, log)  # type: ignore[union-attr]
+        cache.add(cache_key, CachedTask(new_token, proc, source, runner))  # type: ignore[union-attr]
     loaded, read_ns = source.loaded, source.read_ns + read_start
     s = out.stats
     s["windows_expired"] += proc.store.expired - expired_before

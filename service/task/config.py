@@ -29,7 +29,6 @@ class TaskConfig:
     state_buckets: int = 256  # key buckets per task for NEW state (existing state keeps its own number)
     state_cache: bool = True  # keep the processor in the Python worker between micro-batches (token-checked)
     state_snapshot_every: int = 16  # write the key buckets every n-th batch, a log entry of the input otherwise
-    log_spool: str = ""  # share log entries between this machine's workers under this id (worker.spool); "": off
     owners: str = ""  # run a task's batches in the worker that owns it, with this query key (worker.owners); "": off
     sink: str = "spark"  # "direct": the worker produces the output rows itself (connectors.producer)
     producer: tuple[tuple[str, Any], ...] = field(default=(), repr=False)  # the direct producer's librdkafka

@@ -147,16 +147,6 @@ STATS: tuple[StatSpec, ...] = (
             "state_snapshots_total", "Task batches that wrote a snapshot (key buckets) instead of a log entry"
         ),
     ),
-    # log entries this worker replayed while idle (worker.spool) since its last task batch
-    StatSpec(
-        "state_log_shared",
-        counter=CounterSpec(
-            "state_log_shared_total",
-            "Task log entries an idle Python worker replayed from "
-            "the other workers' shared files (off the batches' critical path)",
-        ),
-    ),
-    StatSpec("state_log_shared_ns"),  # and the time it took (not part of process_ns)
     # 1 when the batch ran in the Python worker that owns the task, not Spark's (worker.owners)
     StatSpec(
         "task_forwarded",

@@ -1,4 +1,3 @@
 """The Python worker process's side of a task: its cache of processors (:mod:`.cache`), one task batch at a time
-against it (:mod:`.run`), the idle worker's catch-up through the machine's shared log entries (:mod:`.spool`,
-:mod:`.catch_up`) and task owners (:mod:`.owners`). Imports no pyspark (``tests/test_layering.py``).
+against it (:mod:`.run`) and task owners (:mod:`.owners`). Imports no pyspark (``tests/test_layering.py``).
 """

@@ -14,7 +14,6 @@ from contextlib import contextmanager
 
 from service.task.batch import CachedTask, TaskKey
 from service.task.config import TaskConfig
-from service.worker import spool
 
 __all__ = ["CACHE_MAX_TASKS", "WorkerCache", "WORKER", "drop_cached", "worker_busy"]
 
@@ -23,22 +22,15 @@ CACHE_MAX_TASKS = 64
 
 
 class WorkerCache:
-    """One worker's processors by task (``entries``), the lock a task batch holds for its whole run (and the
-    catch-up thread for one shared entry at a time), how many task batches wait for it, and the tasks whose
-    shared entries failed to replay here (``not_adopted``: not built from their first entry again - a task batch
-    brings them back from the store - so a bad entry is one warning, not one per poll)."""
+    """One worker's processors by task (``entries``), the lock a task batch holds for its whole run, and how
+    many task batches wait for it (:mod:`service.worker.owners` asks whether the worker is busy)."""
 
     def __init__(self, max_tasks: int = CACHE_MAX_TASKS) -> None:
         self.entries: dict[TaskKey, CachedTask] = {}
         self.max_tasks = max_tasks
         self.lock = threading.Lock()
-        self.waiting = 0  # task batches waiting for the lock: the catch-up thread steps aside
+        self.waiting = 0  # task batches waiting for the lock
         self._waiting_lock = threading.Lock()  # several threads start task batches (owners): += is not atomic
-        self.not_adopted: set[TaskKey] = set()
-        #: entries the catch-up thread replayed since the last task batch, and their ns
-        self.shared_since_task = (0, 0)
-        self.catch_up_thread: threading.Thread | None = None
-        self.catch_up_stop = threading.Event()
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -49,14 +41,6 @@ class WorkerCache:
     def take(self, key: TaskKey) -> CachedTask | None:
         """Remove and return a task's entry (a batch that fails leaves none behind)."""
         return self.entries.pop(key, None)
-
-    def keep(self, key: TaskKey, entry: CachedTask, applied_to: str, log: bytes) -> None:
-        """Keep a task's processor after its batch; with ``log_spool`` leave the batch's log entry (applied to
-        ``applied_to``) for the machine's other workers (:mod:`service.worker.spool`)."""
-        self.add(key, entry)
-        cfg, topic, partition = key
-        if cfg.log_spool:
-            spool.put(cfg.log_spool, topic, partition, applied_to, entry.token, log)
 
     def add(self, key: TaskKey, entry: CachedTask) -> None:
         """Hold ``entry`` for ``key``, dropping the oldest entry when full."""
@@ -76,16 +60,14 @@ class WorkerCache:
         return self.lock.locked() or self.waiting > 0
 
     @contextmanager
-    def turn(self) -> Iterator[tuple[int, int]]:
-        """Hold the worker lock for one task batch, ahead of the catch-up thread; yields what that thread
-        replayed since the previous task batch (entries, ns) and starts that count again."""
+    def turn(self) -> Iterator[None]:
+        """Hold the worker lock for one task batch, counted in ``waiting`` until it has the lock."""
         with self._waiting_lock:
             self.waiting += 1
         with self.lock:
             with self._waiting_lock:
                 self.waiting -= 1
-            shared, self.shared_since_task = self.shared_since_task, (0, 0)
-            yield shared
+            yield
 
 
 #: this process's worker cache

@@ -2,12 +2,11 @@
 
 Spark hands a stateful task to whichever Python worker of the executor is idle, so on 2 cores two workers take
 turns at a task's batches, and a worker whose cached processor is behind has to replay the batches it missed
-(from the state store, or ahead of time from the shared log entries of :mod:`service.worker.spool`): the window
-engine's work done twice. With owners, the worker that ran a task's batch keeps the task (it *owns* it: it
-listens on a local socket named after the task). A worker that Spark hands someone else's task forwards the
-batch to the owner and waits; the owner's socket thread runs the batch against the forwarding worker's state
-store handles, through the socket (the handles only work in the worker Spark gave the task), and returns the
-batch's result::
+(from the state store's log): the window engine's work done twice. With owners, the worker that ran a task's
+batch keeps the task (it *owns* it: it listens on a local socket named after the task). A worker that Spark
+hands someone else's task forwards the batch to the owner and waits; the owner's socket thread runs the batch
+against the forwarding worker's state store handles, through the socket (the handles only work in the worker
+Spark gave the task), and returns the batch's result::
 
     forwarding worker (Spark's task)                   owner (socket thread, under its worker lock)
     ------------------------------------------------   ------------------------------------------------

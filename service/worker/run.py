@@ -17,7 +17,6 @@ from service.task.runner import TaskOutput, TaskRunner
 from service.task.state import TaskState
 from service.task.stats import REPLAY_ZEROED
 from service.worker.cache import WORKER, WorkerCache
-from service.worker.catch_up import start_catch_up_thread
 
 __all__ = ["process_task_batch", "run_batch", "run_batch_exactly_once"]
 
@@ -38,17 +37,12 @@ def process_task_batch(
     cache: WorkerCache | None = None,
 ) -> TaskOutput:
     """:func:`service.task.batch.process_task_batch` against ``cache`` (this process's :data:`WORKER` unless
-    given) under its lock, ahead of the catch-up thread (started here when the log is shared), with what that
-    thread replayed since the previous task batch added to the stats."""
+    given) under its lock."""
     cache = WORKER if cache is None else cache
-    if runner.config.log_spool and runner.config.state_cache:
-        start_catch_up_thread(cache)
-    with cache.turn() as shared:
-        out = batch.process_task_batch(
+    with cache.turn():
+        return batch.process_task_batch(
             runner, state, topic, partition, offsets, keys, values, timestamps, emit_time_ms, on_output, cache
         )
-    out.stats["state_log_shared"], out.stats["state_log_shared_ns"] = shared
-    return out
 
 
 _RUNNERS: dict[TaskConfig, TaskRunner] = {}

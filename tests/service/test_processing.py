@@ -7,8 +7,6 @@ import gc
 import json
 import pickle
 import random
-import tempfile
-import time
 from collections import Counter, defaultdict
 from itertools import pairwise
 
@@ -22,9 +20,7 @@ from service.task import state as task_state
 from service.task.config import TaskConfig
 from service.task.runner import TaskRunner
 from service.task.state import DictTaskState, TaskState, decode_bucket, encode_bucket
-from service.worker import spool
 from service.worker.cache import WorkerCache
-from service.worker.catch_up import spool_catch_up, stop_catch_up_thread
 from tests.service.events import changelog_final, payment_events, replay
 
 AGGS = "count,sum:amount,max:amount"
@@ -38,7 +34,6 @@ def config(
     buckets: int = 256,
     cache: bool = True,
     snapshot_every: int = TaskConfig.state_snapshot_every,
-    spool: str = "",
     aggs: str = AGGS,
     **spec_kw,
 ) -> TaskConfig:
@@ -56,7 +51,6 @@ def config(
         state_buckets=buckets,
         state_cache=cache,
         state_snapshot_every=snapshot_every,
-        log_spool=spool,
     )
 
 
@@ -133,8 +127,7 @@ def run_in_batches(cfg: TaskConfig, events, seed: int = 1, fail_every: int = 0, 
     """Feed each partition in random-sized micro-batches, state only in DictTaskState (and the worker cache)
     between them. ``fail_every``: every n-th batch is run, thrown away (state rolled back, as Spark does for
     an uncommitted batch) and run again. ``workers``: each batch goes to one of that many Python workers (worker
-    caches), picked at random as Spark does; with ``cfg.log_spool`` the other workers first replay the shared
-    log entries (as their catch-up thread does while idle)."""
+    caches), picked at random as Spark does."""
     if workers > 1:
         caches = [WorkerCache() for _ in range(workers)]
         pick = random.Random(seed + 1000)
@@ -142,10 +135,6 @@ def run_in_batches(cfg: TaskConfig, events, seed: int = 1, fail_every: int = 0, 
         try:
 
             def take_turns(*args, **kw):
-                if cfg.log_spool:
-                    for c in caches:
-                        while spool_catch_up(c):
-                            pass
                 _worker[0] = caches[pick.randrange(workers)]
                 return process_task_batch(*args, **kw)
 
@@ -501,138 +490,6 @@ def test_batches_between_snapshots_write_one_log_entry_and_stale_workers_replay_
     # before the snapshot of batch 8 (its entry)
     assert hits == [0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1]
     assert replayed == [0, 0, 1, 1, 1, 0, 0, 3, 1, 1, 0, 0]
-
-
-@pytest.fixture
-def spool_here(tmp_path, monkeypatch):
-    """Shared log entries under ``tmp_path``; no catch-up thread (the tests call spool_catch_up themselves)."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(worker_run, "start_catch_up_thread", lambda cache: None)
-    return tmp_path
-
-
-@pytest.mark.parametrize(
-    ("emit", "fail_every", "snapshot_every"), [("update", 0, 8), ("update", 3, 3), ("every", 2, 5), ("close", 0, 1)]
-)
-def test_idle_workers_replay_shared_log_entries(spool_here, emit, fail_every, snapshot_every):
-    """With shared log entries, a worker replays the other worker's batches while idle: it finds its processor
-    up to date when the task comes back (a hit, nothing replayed in the batch), with identical results - also
-    when a failed attempt's entry was replayed (its token is never committed: that worker restores)."""
-    events = payment_events(3000, seed=23)
-    exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit=emit)
-    cfg = config(emit, buckets=16, snapshot_every=snapshot_every, spool="t1")
-    rows, totals = run_in_batches(cfg, events, seed=7, fail_every=fail_every, workers=2)
-    assert totals["aggregated"] + totals["late"] + totals["dead_lettered"] == len(events)
-    assert changelog_final((key, value) for _p, key, value, _h in rows["changelog"]) == exp.final
-    assert {(p, int(h["offset"])) for p, _k, _v, h in rows["late"]} == exp.late
-    if emit == "every":
-        assert every_sequence(rows) == dict(exp.sequence)
-    if not fail_every:  # all but each task's first batch on each worker (a restore) hit
-        assert totals["state_cache_hit"] >= totals["batches"] - 2 * 3
-        assert totals["state_log_replayed"] <= 2 * 3 * snapshot_every
-    one, _ = run_in_batches(cfg, events, seed=7, fail_every=fail_every)
-    strip = lambda rs: [(p, k, json.loads(v) | {"emit_time": 0}) for p, k, v, _ in rs]  # noqa: E731
-    assert strip(rows["changelog"]) == strip(one["changelog"])
-
-
-def test_a_shared_entry_that_needs_an_unread_bucket_waits_for_the_task(spool_here):
-    """The state store is only reachable inside a task batch: an entry whose keys live in buckets the idle
-    worker's processor has not read is left to the batch, which catches up from the store."""
-    events = payment_events(600, keys=200, partitions=1, seed=3, bad_fraction=0, late_fraction=0)
-    cfg = config("update", buckets=64, spool="t2")
-    runner = TaskRunner(cfg)
-    state = DictTaskState()
-    caches = [WorkerCache(), WorkerCache()]
-    for n, (lo, hi, worker) in enumerate([(0, 300, 0), (300, 320, 1), (320, 600, 0)]):
-        out = run_slice(runner, state, 0, events, lo, hi, cache=caches[worker])
-        if n == 1:  # worker 1 restored from the snapshot, reading only the buckets of 20 records' keys
-            assert out.stats["state_cache_hit"] == 0
-    # worker 1 is a batch behind; the entry's keys are spread over buckets it never read
-    assert spool_catch_up(caches[1]) == 0
-    _worker[0] = caches[1]
-    out = batch(
-        runner, state, "in", 0, [600], [events[0].key], [events[0].value], [events[-1].timestamp], emit_time_ms=5
-    )
-    assert out.stats["state_cache_hit"] == 0 and out.stats["state_log_replayed"] == 1
-
-
-@pytest.mark.parametrize("emit", ["update", "close"])
-def test_an_idle_worker_builds_a_task_it_never_ran_from_its_first_entry(spool_here, emit):
-    """Worker 1 runs partition 0 only; worker 0 creates partition 1. Worker 1 builds partition 1's processor
-    from the first entry and follows its log while idle, so the first time it gets partition 1 it is a hit,
-    with the same output as one worker running everything."""
-    events = list(payment_events(1500, keys=30, partitions=2, seed=5, bad_fraction=0))
-    cfg = config(emit, buckets=8, snapshot_every=3, spool="t4")
-    runner = TaskRunner(cfg)
-    states = {0: DictTaskState(), 1: DictTaskState()}
-    parts = {p: [e for e in events if e.partition == p] for p in (0, 1)}
-    caches = [WorkerCache(), WorkerCache()]
-    outs = []
-
-    def run(p, lo, hi, worker):
-        return run_slice(runner, states[p], p, parts[p], lo, hi, cache=caches[worker])
-
-    run(0, 0, 100, 1)
-    for lo in range(0, 400, 100):  # worker 0 runs partition 1's first four batches (one of them a snapshot)
-        outs.append(run(1, lo, lo + 100, 0))
-        while spool_catch_up(caches[1]):
-            pass
-    assert caches[1].entries[(cfg, "in", 1)].token == states[1].task[1]
-    out = run(1, 400, len(parts[1]), 1)
-    outs.append(out)
-    assert out.stats["state_cache_hit"] == 1 and out.stats["state_log_replayed"] == 0
-    while spool_catch_up(caches[0]):  # worker 0 adopts partition 0 and follows partition 1
-        pass
-    assert {p: c.token for (_cfg, _t, p), c in caches[0].entries.items()} == {p: states[p].task[1] for p in (0, 1)}
-    one, worker = DictTaskState(), WorkerCache()  # partition 1 on one worker from the start
-    alone = [
-        run_slice(runner, one, 1, parts[1], lo, hi, cache=worker)
-        for lo, hi in [(0, 100), (100, 200), (200, 300), (300, 400), (400, len(parts[1]))]
-    ]
-    assert [o.rows() for o in outs] == [o.rows() for o in alone]
-
-
-def test_a_first_entry_that_cannot_be_replayed_is_one_warning(spool_here, caplog, monkeypatch):
-    """A damaged shared first entry is skipped for good (the task batch restores from the store): one warning,
-    not one per poll of the catch-up thread."""
-    events = payment_events(200, keys=10, partitions=1, seed=4, bad_fraction=0, late_fraction=0)
-    cfg = config("update", buckets=4, spool="t5")
-    runner = TaskRunner(cfg)
-    cache = WorkerCache()
-    run_slice(runner, DictTaskState(), 0, events, 0, 200, cache=cache)  # the worker knows the query
-    spool.put("t5", "in", 1, "", "tok", b"not a log entry")
-    assert spool_catch_up(cache) == 0
-    assert spool_catch_up(cache) == 0
-    assert list(cache.entries) == [(cfg, "in", 0)]
-    assert sum("first entry failed" in r.getMessage() for r in caplog.records) == 1
-
-
-def test_the_catch_up_thread_replays_while_the_worker_is_idle(tmp_path, monkeypatch):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    events = payment_events(900, keys=20, partitions=1, seed=9, bad_fraction=0, late_fraction=0)
-    cfg = config("update", buckets=4, spool="t3")
-    runner = TaskRunner(cfg)
-    state = DictTaskState()
-    caches = [WorkerCache(), WorkerCache()]
-    try:
-
-        def run(lo, hi, worker):
-            return run_slice(runner, state, 0, events, lo, hi, cache=caches[worker])
-
-        run(0, 300, 1)
-        _worker[0] = caches[0]
-        run(300, 600, 0)  # worker 1 is now one batch behind; its thread (this process's) catches up
-        _worker[0] = caches[1]
-        deadline = time.monotonic() + 30
-        while caches[1].entries[(cfg, "in", 0)].token != state.task[1]:
-            assert time.monotonic() < deadline, "the catch-up thread did not replay the shared entry"
-            time.sleep(0.01)
-        out = run(600, 900, 1)
-        assert out.stats["state_cache_hit"] == 1 and out.stats["state_log_replayed"] == 0
-        assert out.stats["state_log_shared"] == 1 and out.stats["state_log_shared_ns"] > 0
-    finally:
-        for c in caches:
-            stop_catch_up_thread(c)
 
 
 def test_the_tasks_of_a_topic_write_their_snapshots_in_different_batches():

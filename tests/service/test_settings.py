@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from dataclasses import FrozenInstanceError, fields
@@ -104,3 +105,19 @@ def test_bad_setting_exits_2_with_one_clear_line():
 def test_settings_fields_are_all_documented():
     for f in fields(Settings):
         assert f.metadata["spec"].help
+
+
+def test_a_removed_setting_as_a_flag_fails_naming_the_removal():
+    with pytest.raises(SettingsError) as e:
+        load(["--state-log-share", "true"], environ={})
+    assert e.value.name == "state_log_share"
+    assert "removed" in str(e.value) and "task_owners" in str(e.value)
+
+
+def test_a_removed_setting_as_an_env_var_warns_and_is_ignored(caplog):
+    with caplog.at_level(logging.WARNING, logger="service.settings"):
+        s = load([], environ={ENV_PREFIX + "STATE_LOG_SHARE": "true"})
+    assert s == load([], environ={})
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1
+    assert "SLIDINGWINDOW_STATE_LOG_SHARE" in warned[0] and "removed" in warned[0] and "ignored" in warned[0]
