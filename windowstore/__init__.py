@@ -26,6 +26,7 @@ from .aggregations import (
     parse_aggregation_specs,
     parse_aggregations,
 )
+from .contract import TaskProcessor, WindowCounters
 from .processor import SlidingWindowProcessor
 from .session_windows import SessionWindowProcessor, SessionWindows, is_tombstone
 from .store import Visibility, WindowStore
@@ -54,6 +55,8 @@ __all__ = [
     "parse_aggregations",
     "parse_aggregation_specs",
     "SlidingWindowProcessor",
+    "TaskProcessor",
+    "WindowCounters",
     "SessionWindowProcessor",
     "SessionWindows",
     "is_tombstone",

@@ -124,6 +124,17 @@ class SlidingWindowProcessor:
         return self.state.stats
 
     @property
+    def expired_windows(self) -> int:
+        """Windows physically dropped so far (:meth:`expire`; the :class:`~windowstore.contract.TaskProcessor`
+        contract)."""
+        return self.state.store.expired
+
+    @property
+    def windows_held(self) -> int:
+        """Windows held in memory now."""
+        return len(self.state.store)
+
+    @property
     def observed_stream_time(self) -> int:
         """The task's stream time (R7): the largest valid timestamp seen; -1 before the first."""
         return self.state.observed_stream_time

@@ -27,7 +27,7 @@ from service.task.state import (
     new_processor,
     read_log,
 )
-from windowstore import SlidingWindowProcessor
+from windowstore import TaskProcessor
 
 __all__ = ["TaskKey", "CachedTask", "TaskCache", "process_task_batch"]
 
@@ -40,7 +40,7 @@ class CachedTask:
 
     __slots__ = ("token", "proc", "source", "runner")
 
-    def __init__(self, token: str, proc: SlidingWindowProcessor, source: BucketSource, runner: TaskRunner) -> None:
+    def __init__(self, token: str, proc: TaskProcessor, source: BucketSource, runner: TaskRunner) -> None:
         self.token = token
         self.proc = proc
         self.source = source
@@ -97,7 +97,7 @@ def process_task_batch(
         meta, token, n_buckets = None, "", cfg.state_buckets
     cur = Token.parse(token)
     hit = cached is not None and use_cache and task is not None and cached.token == token
-    proc: SlidingWindowProcessor | None = None
+    proc: TaskProcessor | None = None
     plan: list[tuple[int, int]] | None = [] if hit else None  # log entries (parity, i) to replay
     first: tuple[str, Decoded] | None = None
     if hit:
@@ -151,7 +151,7 @@ def process_task_batch(
 
         t0 = time.perf_counter_ns()
         read_before_write = source.read_ns
-        expired_before = proc.store.expired
+        expired_before = proc.expired_windows
         proc.expire()
         changed: dict[int, dict[str, bytes | None]] = {}
         written = deleted = 0
@@ -193,11 +193,11 @@ def process_task_batch(
         cache.add(cache_key, CachedTask(new_token, proc, source, runner))  # type: ignore[union-attr]
     loaded, read_ns = source.loaded, source.read_ns + read_start
     s = out.stats
-    s["windows_expired"] += proc.store.expired - expired_before
+    s["windows_expired"] += proc.expired_windows - expired_before
     s["state_cache_hit"] = int(hit)
     s["state_log_replayed"] = len(plan)  # type: ignore[arg-type]
     s["state_snapshot"] = int(snapshot_now)
-    s["state_windows"] = len(proc.store)
+    s["state_windows"] = proc.windows_held
     s["state_buckets_loaded"] = loaded
     s["state_buckets_written"] = written
     s["state_buckets_deleted"] = deleted

@@ -1,7 +1,7 @@
 """One task's micro-batch, without Spark: decode -> sliding-window processor -> encoded output rows.
 
 A *task* is one Kafka input partition (topic, partition): its records are processed in offset order by one
-``windowstore.SlidingWindowProcessor``, which keeps one stream time per task (SEMANTICS.md R7). For every input
+``windowstore.SlidingWindowProcessor``, which keeps one stream time per task (docs/rules.md R7). For every input
 record exactly one of these happens, and the per-batch :class:`TaskStats` count them:
 
 * aggregated (accepted by the processor; it may still skip closed windows, R13),
@@ -35,7 +35,7 @@ from service.task.stats import (
     bucket_counts,
     dead_letter_stat,
 )
-from windowstore import SlidingWindowProcessor
+from windowstore import TaskProcessor
 
 __all__ = ["TaskStats", "TaskOutput", "TaskRunner", "ProcessingFailure", "run_isolating"]
 
@@ -120,7 +120,7 @@ class TaskRunner:
 
     def run(
         self,
-        proc: SlidingWindowProcessor,
+        proc: TaskProcessor,
         topic: str,
         partition: int,
         offsets: Sequence[int],
@@ -144,7 +144,7 @@ class TaskRunner:
 
         ps = proc.stats
         created0, updated0, skipped0 = ps.windows_created, ps.windows_updated, ps.skipped_windows
-        expired0 = proc.store.expired
+        expired0 = proc.expired_windows
 
         st0 = proc.observed_stream_time
         columns, updates = self._apply(proc, good)
@@ -218,7 +218,7 @@ class TaskRunner:
         stats["windows_created"] = ps.windows_created - created0
         stats["windows_updated"] = ps.windows_updated - updated0
         stats["skipped_windows"] = ps.skipped_windows - skipped0
-        stats["windows_expired"] = proc.store.expired - expired0
+        stats["windows_expired"] = proc.expired_windows - expired0
         stats["stream_time"] = proc.observed_stream_time
         stats["lateness_ms_sum"] = lateness_sum
         stats["lateness_ms_max"] = lateness_max
@@ -245,10 +245,10 @@ class TaskRunner:
                     self.config.aggregations,
                 )
 
-    def _apply(self, proc: SlidingWindowProcessor, good: Decoded) -> tuple[Any, list[Any]]:
+    def _apply(self, proc: TaskProcessor, good: Decoded) -> tuple[Any, list[Any]]:
         """Feed the decoded records to the processor and flush: ``(columns, [])`` on the batch path
         (:meth:`~windowstore.SlidingWindowProcessor.flush_columns`), ``(None, updates)`` on the record path."""
-        if getattr(proc, "batch", False):
+        if proc.batch:
             # identical results to the record path; the batch fast path where it applies. The record values go
             # along so fallbacks and drop reports get the very objects decoded here (late rows map back by id)
             fields: dict[str | None, Any] = {}
@@ -267,7 +267,7 @@ class TaskRunner:
         updates.extend(proc.flush())
         return None, updates
 
-    def replay(self, proc: SlidingWindowProcessor, good: Decoded) -> None:
+    def replay(self, proc: TaskProcessor, good: Decoded) -> None:
         """Bring ``proc`` through a committed batch again (its :attr:`TaskOutput.decoded` records): the same
         calls as :meth:`run` followed by the expiry of :func:`~service.task.batch.process_task_batch`, output
         discarded. The processor is deterministic, so the state afterwards is the state that batch committed."""
@@ -295,7 +295,7 @@ def run_isolating(
     timestamps: Sequence[int | None],
     emit_time_ms: int | None,
     exc: Exception,
-) -> tuple[SlidingWindowProcessor, BucketSource, TaskOutput]:
+) -> tuple[TaskProcessor, BucketSource, TaskOutput]:
     """The processing exception handler (Kafka Streams' ``processing.exception.handler``, KIP-1033), after
     :meth:`TaskRunner.run` of the whole batch raised ``exc``: the batch again, record by record, each on a
     processor at the committed state plus the records before it that went through, to find the records that
@@ -309,14 +309,14 @@ def run_isolating(
     When no record raises on its own, the batch's failure is not a record's: ``exc`` is raised again."""
     cfg = runner.config
 
-    def restored() -> tuple[SlidingWindowProcessor, BucketSource]:
+    def restored() -> tuple[TaskProcessor, BucketSource]:
         proc, source = new_processor(cfg, meta, n_buckets)
         source.bind(state)
         for i in range(cur.entries):
             runner.replay(proc, read_log(state, cur.parity, i, cfg.value_fields)[1])
         return proc, source
 
-    def run(proc: SlidingWindowProcessor, at: Sequence[int]) -> TaskOutput:
+    def run(proc: TaskProcessor, at: Sequence[int]) -> TaskOutput:
         return runner.run(
             proc,
             topic,

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from connectors.serde import Decoded
 from service.task.config import TaskConfig
-from windowstore import SlidingWindowProcessor, parse_aggregations
+from windowstore import SlidingWindowProcessor, TaskProcessor, parse_aggregations
 
 __all__ = [
     "TaskState",
@@ -278,7 +278,7 @@ def read_log(state: TaskState, parity: int, i: int, fields: Sequence[str]) -> tu
     return decode_log(data, fields)
 
 
-def new_processor(cfg: TaskConfig, meta: Any, n_buckets: int) -> tuple[SlidingWindowProcessor, BucketSource]:
+def new_processor(cfg: TaskConfig, meta: Any, n_buckets: int) -> tuple[TaskProcessor, BucketSource]:
     """A task's processor at its snapshot (``meta`` None: a new task), keys loaded from its buckets on demand."""
     source = BucketSource(n_buckets)
     proc = SlidingWindowProcessor.from_state(
