@@ -436,12 +436,7 @@ class SessionWindowProcessor:
             end, start, _kb, key = by_end[n]
             sessions = self._sessions.get(key)
             if sessions is not None:
-                sessions.remove(start, end)
-                self._held -= 1
-                self._expired += 1
-                self._changed.add(key)
-                if sessions.empty():
-                    self._forget_key(key)
+                self._expire_session(key, sessions, start, end)
             n += 1
         if n:
             del by_end[:n]
@@ -496,12 +491,16 @@ class SessionWindowProcessor:
             if nxt is not None and nxt.start <= end + 2 * gap and nxt.end >= close:
                 heapq.heappush(cheap, (nxt.end + 1, kb, start, end, key))  # look again once the next one closes
                 continue
-            sessions.remove(start, end)
-            self._held -= 1
-            self._expired += 1
-            self._changed.add(key)
-            if sessions.empty():
-                self._forget_key(key)
+            self._expire_session(key, sessions, start, end)
+
+    def _expire_session(self, key: Hashable, sessions: _KeySessions, start: int, end: int) -> None:
+        """A session leaves memory for good (its segment dropped, or the cache forgot it)."""
+        sessions.remove(start, end)
+        self._held -= 1
+        self._expired += 1
+        self._changed.add(key)
+        if sessions.empty():
+            self._forget_key(key)
 
     def _dead_line(self) -> int:
         """Keys whose largest session end is below this hold nothing any read can reach (nor emit): every /
