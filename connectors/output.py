@@ -6,8 +6,12 @@ Changelog record (one per window update)
                          subject ``<topic>-key``)
            ``json``      ``{"key":"acct-1","window_start":1000,"window_end":61000}`` (fixed field order, no spaces)
            ``windowed``  Kafka Streams' ``TimeWindowedSerializer`` layout: UTF-8 key bytes + 8-byte big-endian
-                         window start (``TimeWindowedDeserializer`` with window size = time difference reads it)
+                         window start (``TimeWindowedDeserializer`` with window size = time difference reads it);
+                         session windows: ``SessionWindowedSerializer``'s, UTF-8 key bytes + 8-byte big-endian
+                         session end + 8-byte big-endian session start (``SessionKeySchema.toBinary``; read with
+                         ``WindowedSerdes.sessionWindowedSerdeFrom(String.class)``)
            ``string``    ``acct-1|1000|61000``
+           A session's ``window_start`` / ``window_end`` are its first and last record timestamps, both inclusive.
     value  ``avro`` (subject ``<topic>-value``) or ``json``::
 
              {"key": "acct-1", "window_start": 1000, "window_end": 61000,   # both ends inclusive (KIP-450)
@@ -17,6 +21,10 @@ Changelog record (one per window update)
            ``record_count`` = records folded into the window, ``max_timestamp`` = largest record timestamp in it
            (Kafka Streams' window timestamp, R5), ``emit_time`` = wall clock (epoch ms) of the micro-batch that
            emitted it.
+
+           Session windows: a session that a merge or an extension replaced (``windowstore.is_tombstone``: count 0)
+           is a record with the session's key and a null value, a Kafka tombstone, whatever the value format - so
+           a compacted changelog converges to the live sessions only.
 
 Late record / dead letter: the original key and value bytes, with headers (UTF-8 values):
     late          ``reason=late``, ``topic``, ``partition``, ``offset``, ``timestamp`` (event time),
@@ -56,6 +64,8 @@ __all__ = [
     "changelog_value_schema",
     "windowed_key",
     "parse_windowed_key",
+    "session_windowed_key",
+    "parse_session_windowed_key",
     "aggregate_types",
     "dead_letter_headers",
     "KIP1034_HEADERS",
@@ -119,6 +129,7 @@ def dead_letter_headers(
 KEY_FORMATS = ("avro", "json", "windowed", "string")
 VALUE_FORMATS = ("avro", "json")
 _START = struct.Struct(">q")
+_END_START = struct.Struct(">qq")
 
 _NUMBER = ["null", "long", "double"]
 
@@ -135,6 +146,18 @@ def windowed_key(key: str, start: int) -> bytes:
 
 def parse_windowed_key(data: bytes) -> tuple[str, int]:
     return data[:-8].decode("utf-8"), _START.unpack(data[-8:])[0]
+
+
+def session_windowed_key(key: str, start: int, end: int) -> bytes:
+    """Kafka Streams ``SessionWindowedSerializer`` bytes (``SessionKeySchema.toBinary``): ``key`` UTF-8 + 8-byte
+    big-endian session end + 8-byte big-endian session start."""
+    return key.encode("utf-8") + _END_START.pack(end, start)
+
+
+def parse_session_windowed_key(data: bytes) -> tuple[str, int, int]:
+    """Inverse of :func:`session_windowed_key`: ``(key, start, end)``."""
+    end, start = _END_START.unpack(data[-16:])
+    return data[:-16].decode("utf-8"), start, end
 
 
 def aggregate_types(spec: str) -> list[tuple[str, Any]]:
@@ -204,6 +227,9 @@ class ChangelogSpec:
     aggregations: str = "count"
     key_schema_id: int | None = None
     value_schema_id: int | None = None
+    #: the window type of the updates (``sliding``, ``tumbling``, ``hopping``, ``session``): the ``windowed`` key
+    #: layout, and for ``session`` the replaced sessions' tombstones (null values)
+    window: str = "sliding"
 
 
 class ChangelogEncoder:
@@ -219,6 +245,7 @@ class ChangelogEncoder:
         if spec.value_format == "avro" and spec.value_schema_id is None:
             raise ValueError("avro changelog values need a registered value schema id")
         self.spec = spec
+        self._session = spec.window == "session"
         self._types = aggregate_types(spec.aggregations)
         self._names = [n for n, _ in self._types]
         #: the aggregates whose Avro type holds integers beyond int64 exactly (``sum``: :data:`EXACT_INT`)
@@ -238,7 +265,7 @@ class ChangelogEncoder:
     def key(self, key: str, start: int, end: int) -> bytes:
         fmt = self.spec.key_format
         if fmt == "windowed":
-            return windowed_key(key, start)
+            return session_windowed_key(key, start, end) if self._session else windowed_key(key, start)
         if fmt == "json":
             return json.dumps(
                 {"key": key, "window_start": start, "window_end": end}, separators=(",", ":"), ensure_ascii=False
@@ -267,15 +294,16 @@ class ChangelogEncoder:
         schemaless_writer(buf, self._value_schema, _avro_safe(record, self._exact))
         return buf.getvalue()
 
-    def encode(self, updates: Sequence[Any], emit_time: int) -> tuple[Sequence[bytes], Sequence[bytes]]:
-        """``(keys, values)`` for a list of ``WindowUpdate(key, start, end, value, ts, count)``."""
+    def encode(self, updates: Sequence[Any], emit_time: int) -> tuple[Sequence[bytes], Sequence[bytes | None]]:
+        """``(keys, values)`` for a list of ``WindowUpdate(key, start, end, value, ts, count)``; a session
+        tombstone's value is ``None``."""
         if not updates:
             return [], []
         names = self._names
         if self._single:
             values = {names[0]: [u[3] for u in updates]}
         else:
-            values = {n: [u[3][n] for u in updates] for n in names}
+            values = {n: [None if u[3] is None else u[3][n] for u in updates] for n in names}  # None: a tombstone
         cols = {
             "key": [u[0] for u in updates],
             "start": [u[1] for u in updates],
@@ -286,13 +314,17 @@ class ChangelogEncoder:
         }
         return self.encode_columns(cols, emit_time)
 
-    def encode_columns(self, cols: dict[str, Any], emit_time: int) -> tuple[Sequence[bytes], Sequence[bytes]]:
+    def encode_columns(self, cols: dict[str, Any], emit_time: int) -> tuple[Sequence[bytes], Sequence[bytes | None]]:
         """``(keys, values)``, each a :class:`~connectors.rows.RowBlock` or a list, for columns ``key`` (list),
         ``start``, ``end``, ``ts``, ``count`` (lists or int64 arrays) and ``values`` {aggregation output name: list
-        or array} (see ``flush_columns``)."""
+        or array} (see ``flush_columns``). Session windows: a row with ``count`` 0 is a tombstone (value ``None``)."""
         keys = cols["key"]
         if not len(keys):
             return [], []
+        if self._session:
+            tombstones = np.asarray(cols["count"]) == 0
+            if tombstones.any():
+                return self._with_tombstones(cols, emit_time, tombstones)
         avro_keys = avro_values = None
         if "avro" in (self.spec.key_format, self.spec.value_format):
             key_piece = self._avro_key_piece(keys, cols.get("key_table"), cols.get("key_id"))
@@ -316,9 +348,13 @@ class ChangelogEncoder:
         jk = _json_key_bytes(keys) if kfmt == "json" or vjson else None
         out_keys: Sequence[bytes]
         if kfmt == "windowed":
-            pack = _START.pack
             kcache = {k: k.encode("utf-8") for k in set(keys)}
-            out_keys = [kcache[k] + pack(s) for k, s in zip(keys, starts)]
+            if self._session:
+                pack2 = _END_START.pack
+                out_keys = [kcache[k] + pack2(e, s) for k, s, e in zip(keys, starts, ends)]
+            else:
+                pack = _START.pack
+                out_keys = [kcache[k] + pack(s) for k, s in zip(keys, starts)]
         elif kfmt == "json":
             assert jk is not None  # made above for a JSON key
             out_keys = _encode_rows('{"key":%s,"window_start":%d,"window_end":%d}', zip(jk, starts, ends))
@@ -361,6 +397,32 @@ class ChangelogEncoder:
                     v = {n: a[i] for n, a in zip(names, aggs)}
                 row_values.append(vf(k, s, e, v, t, c, emit_time))
             out_values = row_values
+        return out_keys, out_values
+
+    def _with_tombstones(
+        self, cols: dict[str, Any], emit_time: int, tombstones: np.ndarray
+    ) -> tuple[list[bytes], list[bytes | None]]:
+        """Session windows: the live rows encoded as usual, the tombstone rows as their key and a null value, in
+        row order."""
+        live = np.flatnonzero(~tombstones)
+        sub = {
+            "key": _take(cols["key"], live),
+            **{c: _take(cols[c], live) for c in ("start", "end", "ts", "count")},
+            "values": {n: _take(col, live) for n, col in cols["values"].items()},
+        }
+        live_keys, live_values = self.encode_columns(sub, emit_time) if len(live) else ([], [])
+        keys, starts, ends = cols["key"], _tolist(cols["start"]), _tolist(cols["end"])
+        out_keys: list[bytes] = []
+        out_values: list[bytes | None] = []
+        j = 0
+        for i, dead in enumerate(tombstones.tolist()):
+            if dead:
+                out_keys.append(self.key(keys[i], starts[i], ends[i]))
+                out_values.append(None)
+            else:
+                out_keys.append(live_keys[j])
+                out_values.append(live_values[j])
+                j += 1
         return out_keys, out_values
 
     @staticmethod
@@ -460,6 +522,13 @@ def _all_ints(col: Any) -> bool:
 
 def _tolist(col: Any) -> list:
     return col.tolist() if hasattr(col, "tolist") else list(col)
+
+
+def _take(col: Any, rows: np.ndarray) -> Any:
+    """The ``rows`` of a column (an array, or a list: a list)."""
+    if isinstance(col, np.ndarray):
+        return col[rows]
+    return [col[i] for i in rows.tolist()]
 
 
 def _json_key_bytes(keys: Sequence[str]) -> list[bytes]:

@@ -34,37 +34,76 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from .aggregations import Composite
-from .family_common import valid_timestamp
-from .session_windows import SessionWindowProcessor
+from .aggregations import Aggregation, Composite
+from .family_common import FamilyStats, valid_timestamp
 from .time_windows_batch import BatchFallback, batch_kinds, merge_part, one_part, part_column
-from .updates import EmitMode, WindowUpdate
+from .updates import DroppedRecord, DropReason, EmitMode, WindowUpdate
 
-__all__ = ["process_batch"]
+__all__ = ["SessionCache", "process_batch", "run_batch"]
+
+
+class _Gaps(Protocol):
+    @property
+    def gap_ms(self) -> int: ...
+
+    @property
+    def grace_ms(self) -> int: ...
+
+
+class SessionCache(Protocol):
+    """What this path uses of :class:`~windowstore.session_windows.SessionWindowProcessor` (which imports this
+    module for its ``process_columns``): its definition, stream time, counters and drops, the record path, and the
+    update mode's cache contract (``cached_sessions`` / ``write_sessions``)."""
+
+    aggregation: Aggregation
+    emit: EmitMode
+    default_merger: bool
+    observed_stream_time: int
+    stats: FamilyStats
+    collect_drops: bool
+    drops: list[DroppedRecord]
+
+    @property
+    def windows(self) -> _Gaps: ...
+
+    def process(self, key: Hashable, value: Any, ts: Any) -> list[WindowUpdate]: ...
+
+    def cached_sessions(
+        self, key: Hashable, earliest_end: int, latest_start: int
+    ) -> list[tuple[int, int, Any, int]]: ...
+
+    def write_sessions(self, ops: list[tuple[Hashable, int, int, Any, int] | tuple[Hashable, int, int]]) -> None: ...
 
 
 def process_batch(
-    proc: SessionWindowProcessor, keys: Sequence[Hashable], timestamps: Sequence[Any], values: Sequence[Any]
+    proc: SessionCache, keys: Sequence[Hashable], timestamps: Sequence[Any], values: Sequence[Any]
 ) -> list[WindowUpdate]:
     """Process the records ``(keys[i], values[i], timestamps[i])`` in order, as ``proc.process`` would one by
     one, and return the concatenation of what those calls return (``update`` mode: nothing - call
     ``proc.flush()``)."""
+    return run_batch(proc, keys, timestamps, values)[1]
+
+
+def run_batch(
+    proc: SessionCache, keys: Sequence[Hashable], timestamps: Sequence[Any], values: Sequence[Any]
+) -> tuple[bool, list[WindowUpdate]]:
+    """:func:`process_batch`, and whether the batch path took the records (else the record path did)."""
     if not (len(keys) == len(timestamps) == len(values)):
         raise ValueError(f"columns differ in length: {len(keys)} keys, {len(timestamps)} timestamps, {len(values)}")
     kinds = batch_kinds(proc.aggregation)
     if proc.emit is EmitMode.UPDATE and kinds is not None and proc.default_merger:
         try:
             _process(proc, kinds, keys, timestamps, values)
-            return []
+            return True, []
         except BatchFallback:
             pass
     process = proc.process
     out: list[WindowUpdate] = []
     for k, v, t in zip(keys, values, timestamps, strict=True):
         out += process(k, v, t)
-    return out
+    return False, out
 
 
 def _check_held(kinds: list[tuple[str, str | None]], parts: Sequence[Any]) -> None:
@@ -76,7 +115,7 @@ def _check_held(kinds: list[tuple[str, str | None]], parts: Sequence[Any]) -> No
 
 
 def _process(
-    proc: SessionWindowProcessor,
+    proc: SessionCache,
     kinds: list[tuple[str, str | None]],
     keys: Sequence[Hashable],
     timestamps: Sequence[Any],
@@ -86,16 +125,21 @@ def _process(
     lag = proc.windows.grace_ms + gap
     st = proc.observed_stream_time
     n_null = n_invalid = 0
+    dropped: list[DroppedRecord] = []  # collect_drops: null keys and invalid timestamps, as the record path
     by_key: dict[Hashable, list[tuple[int, int]]] = {}
     for i, k in enumerate(keys):
         if k is None:  # S9: dropped before stream time moves
             n_null += 1
+            if proc.collect_drops:
+                dropped.append(DroppedRecord(k, values[i], timestamps[i], DropReason.NULL_KEY, st))
             continue
         t = timestamps[i]
         if type(t) is not int or t < 0:
             t = valid_timestamp(t)
             if t is None:
                 n_invalid += 1
+                if proc.collect_drops:
+                    dropped.append(DroppedRecord(k, values[i], timestamps[i], DropReason.INVALID_TIMESTAMP, st))
                 continue
         if t > st:  # S3
             st = t
@@ -182,3 +226,4 @@ def _process(
     stats.windows_updated += updated
     stats.sessions_merged += merged
     proc.observed_stream_time = st
+    proc.drops += dropped

@@ -74,7 +74,7 @@ class TaskOutput:
     decoded: Decoded | None = None
     changelog_topic: str = ""
     changelog_keys: Sequence[bytes] = ()
-    changelog_values: Sequence[bytes] = ()
+    changelog_values: Sequence[bytes | None] = ()  # None: a session tombstone
 
     def __len__(self) -> int:
         return len(self.kind) + len(self.changelog_keys)
