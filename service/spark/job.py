@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from connectors.producer import PRODUCER_DEFAULTS
 from service.spark import compat
 from service.task.config import TaskConfig
-from service.task.runner import TaskOutput
+from service.task.runner import TaskBatch, TaskOutput
 from service.task.state import TaskState
 from service.task.stats import STATS, STATS_FIELDS
 from service.worker import owners
@@ -163,8 +163,10 @@ class WindowTaskProcessor(_StatefulProcessorBase):
             offsets = pdf["offset"].to_numpy()
 
         state = _SparkTaskState(self.task_state, self.buckets_state)
-        batch = (offsets.tolist(), pdf["key"].tolist(), pdf["value"].tolist(), pdf["ts"].tolist())
-        out, forwarded = owners.run(run_batch, self.config, state, topic, partition, *batch)
+        batch = TaskBatch(
+            topic, partition, offsets.tolist(), pdf["key"].tolist(), pdf["value"].tolist(), pdf["ts"].tolist()
+        )
+        out, forwarded = owners.run(run_batch, self.config, state, batch)
         s = out.stats
         s["task_forwarded"] = int(forwarded)
         if self.config.sink != "direct" and len(out):

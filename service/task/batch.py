@@ -9,13 +9,13 @@ in a Python worker); this module holds no process state of its own.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Protocol, cast
 
 from connectors.schema_registry import SchemaRegistryUnavailable
 from connectors.serde import Decoded
 from service.task.config import TaskConfig
-from service.task.runner import TaskOutput, TaskRunner, run_isolating
+from service.task.runner import TaskBatch, TaskOutput, TaskRunner, run_isolating
 from service.task.state import (
     BucketSource,
     TaskState,
@@ -62,13 +62,7 @@ class TaskCache(Protocol):
 def process_task_batch(
     runner: TaskRunner,
     state: TaskState,
-    topic: str,
-    partition: int,
-    offsets: Sequence[int],
-    keys: Sequence[bytes | None],
-    values: Sequence[bytes | None],
-    timestamps: Sequence[int | None],
-    emit_time_ms: int | None = None,
+    batch: TaskBatch,
     on_output: Callable[[TaskOutput], None] | None = None,
     cache: TaskCache | None = None,
 ) -> TaskOutput:
@@ -88,7 +82,7 @@ def process_task_batch(
     use_cache = cfg.state_cache and cache is not None
     t_start = time.perf_counter_ns()
     task = state.get_task()
-    cache_key = (cfg, topic, partition)
+    cache_key = (cfg, batch.topic, batch.partition)
     # taken: a failure below leaves no half-updated entry behind
     cached = cache.take(cache_key) if cache is not None else None
     if task is not None:
@@ -123,26 +117,12 @@ def process_task_batch(
     read_start = time.perf_counter_ns() - t_start
     try:
         try:
-            out = runner.run(proc, topic, partition, offsets, keys, values, timestamps, emit_time_ms)
+            out = runner.run(proc, batch)
         except SchemaRegistryUnavailable:
             raise  # not a record's fault: the batch fails and Spark retries it
         except Exception as exc:  # the processing exception handler
             source.release()
-            proc, source, out = run_isolating(
-                runner,
-                state,
-                meta,
-                n_buckets,
-                cur,
-                topic,
-                partition,
-                offsets,
-                keys,
-                values,
-                timestamps,
-                emit_time_ms,
-                exc,
-            )
+            proc, source, out = run_isolating(runner, state, meta, n_buckets, cur, batch, exc)
         output_ns = 0
         if on_output is not None:
             t0 = time.perf_counter_ns()
@@ -155,7 +135,9 @@ def process_task_batch(
         proc.expire()
         changed: dict[int, dict[str, bytes | None]] = {}
         written = deleted = 0
-        snapshot_now = task is None or cur.entries + 1 >= _generation_length(cfg.state_snapshot_every, cur, partition)
+        snapshot_now = task is None or cur.entries + 1 >= _generation_length(
+            cfg.state_snapshot_every, cur, batch.partition
+        )
         # every batch after the first logs its records; a snapshot batch's entry closes its generation, so a
         # worker that is behind it still catches up through the log
         assert out.decoded is not None  # TaskRunner.run sets it
