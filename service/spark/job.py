@@ -41,7 +41,7 @@ from service.spark import compat
 from service.task.config import TaskConfig
 from service.task.runner import TaskBatch, TaskOutput
 from service.task.state import TaskState
-from service.task.stats import STATS, STATS_FIELDS
+from service.task.stats import STATS, STATS_FIELDS, TASK_BATCHES
 from service.worker import owners
 from service.worker.run import run_batch
 
@@ -425,7 +425,7 @@ def _stat(name: str) -> Column:
 def observed_columns() -> list[Column]:
     from pyspark.sql import functions as F
 
-    cols = [F.count(F.when(F.col("kind") == "stats", 1)).alias("task_batches")]
+    cols = [F.count(F.when(F.col("kind") == "stats", 1)).alias(TASK_BATCHES)]
     for stat in STATS:
         agg = F.max if stat.observed == "max" else F.sum
         cols.append(F.coalesce(agg(_stat(stat.name)), F.lit(0)).cast("long").alias(stat.name))

@@ -12,10 +12,10 @@ import pytest
 from connectors.output import KIP1034_HEADERS, ChangelogSpec
 from connectors.serde import InputSpec, aggregation_fields
 from service.driver import failure_line
-from service.metrics import dead_letter_stat
 from service.task.config import TaskConfig
 from service.task.runner import ProcessingFailure, TaskBatch, TaskRunner
 from service.task.state import DictTaskState
+from service.task.stats import dead_letter_stat
 from service.worker.cache import WORKER
 from service.worker.run import process_task_batch
 from windowstore import aggregations
