@@ -332,7 +332,7 @@ def test_state_calls_are_bounded_by_buckets():
 
 
 def test_checkpoint_balance_tasks_is_fixed_at_creation(tmp_path):
-    from service.spark.job import LAYOUT_FILE, checkpoint_balance_tasks, checkpoint_state_partitions
+    from service.checkpoint_access import LAYOUT_FILE, checkpoint_balance_tasks, checkpoint_state_partitions
 
     new = tmp_path / "new"
     assert checkpoint_balance_tasks(str(new), True) is True
