@@ -23,9 +23,10 @@ figures in bench/RESULTS.md and its history).
 Per micro-batch and task the processor reads the task meta once, loads a key's windows from the MapState the
 first time that key is touched (lazy loader), and writes either a snapshot - the buckets of the keys whose
 windows changed, plus the meta - or, between snapshots, one log entry with the batch's decoded records (their keys,
-times and aggregated fields; see :class:`~service.task.state.TaskState`; DESIGN.md: state calls are JVM round trips).
-Records are sorted by offset inside the task, so a replayed micro-batch (after a crash) reproduces exactly the same
-state and output; both sinks are at-least-once, so a replay may repeat identical updates.
+times and aggregated fields; see :class:`~service.task.state.TaskState`; state calls are JVM round trips:
+service/README.md, "How it runs on Spark"). Records are sorted by offset inside the task, so a replayed
+micro-batch (after a crash) reproduces exactly the same state and output; both sinks are at-least-once, so a
+replay may repeat identical updates.
 """
 
 from __future__ import annotations
