@@ -155,7 +155,7 @@ def builtin_query(
 
     spark.conf.set("spark.sql.shuffle.partitions", spark.sparkContext.getConf().get("spark.sql.shuffle.partitions"))
 
-    from service.spark.job import SOURCE_DEFAULTS
+    from service.spark_kafka_options import SOURCE_DEFAULTS
 
     # the Kafka source options the service uses (same consumer behaviour for both queries)
     src = (

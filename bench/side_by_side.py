@@ -225,7 +225,7 @@ def builtin_query(spark, bootstrap, topic, out_topic, ckpt, td_ms, hop_ms, grace
     """bench/service_bench.py's built-in query (count, sum, max over hopping windows) plus max(sent)."""
     from pyspark.sql import functions as F
 
-    from service.spark.job import SOURCE_DEFAULTS
+    from service.spark_kafka_options import SOURCE_DEFAULTS
 
     src = (
         spark.readStream.format("kafka")

@@ -44,6 +44,10 @@ def measure(fill: int, batches: int) -> dict[str, float]:
         from service.worker.run import process_task_batch
     except ImportError:  # a tree from before the split of service/ (issue 30), for --against
         from service.processing import DictTaskState, TaskConfig, TaskRunner, process_task_batch  # type: ignore
+    try:
+        from service.task.runner import TaskBatch
+    except ImportError:  # a tree from before TaskBatch (issue 30), for --against: the batch's columns one by one
+        TaskBatch = None  # type: ignore[assignment,misc]
     from windowstore import SlidingWindowProcessor
 
     cfg = TaskConfig(
@@ -76,9 +80,11 @@ def measure(fill: int, batches: int) -> dict[str, float]:
 
     def run(b: tuple[list[bytes], list[bytes], list[int]]) -> int:
         keys, values, stamps = b
-        out = process_task_batch(
-            runner, state, "in", 0, list(range(offset[0], offset[0] + len(keys))), keys, values, stamps, emit_time_ms=5
-        )
+        offsets = list(range(offset[0], offset[0] + len(keys)))
+        if TaskBatch is None:
+            out = process_task_batch(runner, state, "in", 0, offsets, keys, values, stamps, emit_time_ms=5)
+        else:
+            out = process_task_batch(runner, state, TaskBatch("in", 0, offsets, keys, values, stamps, emit_time_ms=5))
         offset[0] += len(keys)
         return len(out.changelog_keys)
 

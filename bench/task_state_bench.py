@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from connectors.output import ChangelogSpec
 from connectors.serde import InputSpec, aggregation_fields
 from service.task.config import TaskConfig
-from service.task.runner import TaskRunner
+from service.task.runner import TaskBatch, TaskRunner
 from service.task.state import DictTaskState
 from service.worker.cache import WorkerCache
 from service.worker.run import process_task_batch
@@ -81,7 +81,7 @@ def run(
         t += int(batch_s * 1000)
         worker = caches[turns.randrange(workers)]
         c0 = time.process_time()
-        out = process_task_batch(runner, state, "in", 0, offs, ks, vs, ts, cache=worker)
+        out = process_task_batch(runner, state, TaskBatch("in", 0, offs, ks, vs, ts), cache=worker)
         if i >= warmup:
             totals["cpu"] += time.process_time() - c0
             totals["hits"] += out.stats["state_cache_hit"]
@@ -90,9 +90,8 @@ def run(
     # a restart: a worker without the task's processor takes one record; it restores the latest snapshot and
     # replays the log entries written since
     c0 = time.process_time()
-    out = process_task_batch(
-        runner, state, "in", 0, [off], [b"acct-00000"], [b'{"amount": 1, "sent": 0}'], [t], cache=WorkerCache()
-    )
+    restart = TaskBatch("in", 0, [off], [b"acct-00000"], [b'{"amount": 1, "sent": 0}'], [t])
+    out = process_task_batch(runner, state, restart, cache=WorkerCache())
     totals["restore"] = time.process_time() - c0
     totals["restore_replayed"] = out.stats["state_log_replayed"]
     for b, data in state.buckets.items():

@@ -45,10 +45,11 @@ class RowBlock(Sequence[bytes]):
         """``rows`` as a block (itself if it is one); ``None`` when a row is null (a block cannot hold it)."""
         if isinstance(rows, RowBlock):
             return rows
-        if any(r is None for r in rows):
+        present = [r for r in rows if r is not None]
+        if len(present) != len(rows):
             return None
-        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))  # type: ignore[arg-type]
-        return cls(b"".join(rows), np.cumsum(lengths))  # type: ignore[arg-type]
+        lengths = np.fromiter(map(len, present), dtype=np.int64, count=len(present))
+        return cls(b"".join(present), np.cumsum(lengths))
 
     def starts(self) -> np.ndarray:
         """Where each row begins (int64)."""

@@ -1,6 +1,9 @@
-"""Prometheus metrics of the service: the ONE module that builds them all (names, help, labels, buckets). The plain
-counters fed by one worker stat each are declared with that stat (:data:`service.task.stats.STATS`, the name and
-help of each) and built here (:data:`STAT_COUNTERS`); counters with labels, histograms and gauges are written here.
+"""Prometheus metrics of the service: the ONE module that builds them all, each from one declaration
+(:class:`~service.task.stats.MetricSpec`: name, kind, help, labels, README text). The metrics fed by the workers'
+stats are declared with the stats (:data:`service.task.stats.STAT_METRICS`: the plain counters a stat declares,
+the labelled counters and histograms, and which stat feeds which series); the metrics the driver sets from the
+query progress and the broker are declared here (:data:`DRIVER_METRICS`). The README metrics table is written
+from both (:func:`readme_table`, ``python -m devtools.readme_metrics``).
 
 Counts and histograms are computed in Spark's Python workers (per task and micro-batch, the ``stats`` array of
 the "stats" rows, see :data:`service.task.stats.STATS_FIELDS`) and reach the driver through the query's observed
@@ -27,12 +30,23 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from service.task.stats import DEAD_LETTER_REASONS, LATENCY_BUCKETS_MS, LATENESS_BUCKETS_MS, STATS, dead_letter_stat
+from service.task.stats import (
+    DEAD_LETTER_REASONS,
+    LATENCY_BUCKETS_MS,
+    LATENESS_BUCKETS_MS,
+    STAT_METRICS,
+    STATS,
+    MetricSpec,
+    Series,
+)
 
 __all__ = [
     "REGISTRY",
     "METRICS",
+    "METRIC_SPECS",
+    "DRIVER_METRICS",
     "STAT_COUNTERS",
+    "readme_table",
     "record_progress",
     "record_idle",
     "serve",
@@ -95,149 +109,169 @@ class BulkHistogram(Collector):
 
 
 # -------------------------------------------------------------------------------------------------- the metrics
-build_info = Gauge(
-    P + "build_info", "Build information (always 1)", ["version", "pyspark", "python"], registry=REGISTRY
+#: the metrics the driver sets itself, from the query progress, the broker and its own facts
+DRIVER_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "micro_batch_duration_seconds",
+        "histogram",
+        "Micro-batch wall time",
+        seconds=(0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128),
+        doc="micro-batch wall time (Spark's triggerExecution)",
+    ),
+    MetricSpec(
+        "micro_batches_total",
+        "counter",
+        "Micro-batches completed (with or without data)",
+        doc="query liveness: micro-batches completed (with or without data)",
+    ),
+    MetricSpec(
+        "last_progress_timestamp_seconds",
+        "gauge",
+        "Wall time of the last query progress or idle event (epoch s; 0: none yet)",
+        doc="query liveness: wall time of the last query progress or idle event (epoch s; 0: none yet)",
+    ),
+    MetricSpec(
+        "stream_time_seconds",
+        "gauge",
+        "Largest stream time of all tasks this process has seen (event time, epoch seconds; never decreases)",
+        doc="largest stream time of all tasks this process has seen (event time; never decreases)",
+    ),
+    MetricSpec(
+        "partition_stream_time_seconds",
+        "gauge",
+        "Stream time of each input partition's task (event time, epoch seconds; windows close by it)",
+        labels=("topic", "partition"),
+        doc="stream time of each input partition's task",
+    ),
+    MetricSpec(
+        "state_windows",
+        "gauge",
+        "Windows held by the tasks' processors (sum over tasks, last report of each task)",
+        doc="window-store size: windows held by the tasks' processors (sum over tasks, last report of each task)",
+    ),
+    MetricSpec(
+        "state_store_rows",
+        "gauge",
+        "Rows in Spark's state store (task records + key buckets)",
+        doc="window-store size: rows in Spark's state store (task records + key buckets)",
+    ),
+    MetricSpec(
+        "state_store_bytes",
+        "gauge",
+        "State store size by kind (memory: memoryUsedBytes; sst: RocksDB SST files)",
+        labels=("kind",),
+        series=(Series(("memory",)), Series(("sst",))),
+        doc="window-store size by kind (`memory`: Spark's memoryUsedBytes; `sst`: RocksDB SST files)",
+    ),
+    MetricSpec(
+        "input_rows_per_second",
+        "gauge",
+        "Input rows per second (Spark progress)",
+        doc="Spark's input rate of the last micro-batch",
+    ),
+    MetricSpec(
+        "processed_rows_per_second",
+        "gauge",
+        "Processed rows per second (Spark progress)",
+        doc="Spark's processing rate of the last micro-batch",
+    ),
+    MetricSpec(
+        "consumer_lag_records",
+        "gauge",
+        "Broker end offset - the query's processed offset, per input partition",
+        labels=("topic", "partition"),
+        doc="broker end offset - processed offset",
+    ),
+    MetricSpec(
+        "max_offsets_behind_latest_records",
+        "gauge",
+        "Spark's maxOffsetsBehindLatest over the input partitions (at the last micro-batch)",
+        doc="Spark's own maxOffsetsBehindLatest",
+    ),
+    MetricSpec(
+        "consumer_lag_poll_errors_total",
+        "counter",
+        "Failed broker end-offset queries",
+        doc="failed broker end-offset queries (lag is stale)",
+    ),
+    MetricSpec(
+        "build_info",
+        "gauge",
+        "Build information (always 1)",
+        labels=("version", "pyspark", "python"),
+        doc="always 1",
+    ),
+    MetricSpec(
+        "config_info",
+        "gauge",
+        "The running configuration (always 1): emit mode, input and changelog format",
+        labels=("mode", "input_format", "changelog_format"),
+        doc="always 1: emit mode and formats of the running service",
+    ),
 )
-config_info = Gauge(
-    P + "config_info",
-    "The running configuration (always 1): emit mode, input and changelog format",
-    ["mode", "input_format", "changelog_format"],
-    registry=REGISTRY,
-)
-records_dropped = Counter(
-    P + "records_dropped_total",
-    "Input records not aggregated, by reason: late, or dead-lettered with the reason of its "
-    "error header (undecodable-value, schema-mismatch, number-out-of-range, ..., "
-    "processing-error)",
-    ["reason"],
-    registry=REGISTRY,
-)
-records_produced = Counter(
-    P + "records_produced_total",
-    "Records written to output topics, by kind (changelog, late, dead_letter)",
-    ["kind"],
-    registry=REGISTRY,
-)
-record_lateness = BulkHistogram(
-    P + "record_lateness_seconds",
-    "Record lateness: task stream time - record timestamp, per input record",
-    [b / 1000 for b in LATENESS_BUCKETS_MS],
-    registry=REGISTRY,
-)
-e2e_latency = BulkHistogram(
-    P + "end_to_end_latency_seconds",
-    "Record timestamp to the emit time of the micro-batch that aggregated it",
-    [b / 1000 for b in LATENCY_BUCKETS_MS],
-    registry=REGISTRY,
-)
-batch_duration = Histogram(
-    P + "micro_batch_duration_seconds",
-    "Micro-batch wall time",
-    buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128),
-    registry=REGISTRY,
-)
-batches = Counter(P + "micro_batches_total", "Micro-batches completed (with or without data)", registry=REGISTRY)
-last_progress = Gauge(
-    P + "last_progress_timestamp_seconds",
-    "Wall time of the last query progress or idle event (epoch s; 0: none yet)",
-    registry=REGISTRY,
-)
-stream_time = Gauge(
-    P + "stream_time_seconds",
-    "Largest stream time of all tasks this process has seen (event time, epoch seconds; never decreases)",
-    registry=REGISTRY,
-)
-partition_stream_time = Gauge(
-    P + "partition_stream_time_seconds",
-    "Stream time of each input partition's task (event time, epoch seconds; windows close by it)",
-    ["topic", "partition"],
-    registry=REGISTRY,
-)
-input_rate = Gauge(P + "input_rows_per_second", "Input rows per second (Spark progress)", registry=REGISTRY)
-processed_rate = Gauge(P + "processed_rows_per_second", "Processed rows per second (Spark progress)", registry=REGISTRY)
-consumer_lag = Gauge(
-    P + "consumer_lag_records",
-    "Broker end offset - the query's processed offset, per input partition",
-    ["topic", "partition"],
-    registry=REGISTRY,
-)
-offsets_behind = Gauge(
-    P + "max_offsets_behind_latest_records",
-    "Spark's maxOffsetsBehindLatest over the input partitions (at the last micro-batch)",
-    registry=REGISTRY,
-)
-state_windows = Gauge(
-    P + "state_windows",
-    "Windows held by the tasks' processors (sum over tasks, last report of each task)",
-    registry=REGISTRY,
-)
-state_rows = Gauge(
-    P + "state_store_rows", "Rows in Spark's state store (task records + key buckets)", registry=REGISTRY
-)
-state_bytes = Gauge(
-    P + "state_store_bytes",
-    "State store size by kind (memory: memoryUsedBytes; sst: RocksDB SST files)",
-    ["kind"],
-    registry=REGISTRY,
-)
-task_batches = Counter(
-    P + "task_batches_total",
-    "Task micro-batches processed (one per input partition with data per micro-batch)",
-    registry=REGISTRY,
-)
-worker_seconds = Counter(
-    P + "worker_seconds_total",
-    "Time in the Python tasks, by phase "
-    "(process includes state_read and state_write; produce: sink=direct writing output)",
-    ["phase"],
-    registry=REGISTRY,
-)
-lag_poll_errors = Counter(P + "consumer_lag_poll_errors_total", "Failed broker end-offset queries", registry=REGISTRY)
+
+#: every metric of the service, in the order of the README metrics table
+METRIC_SPECS: tuple[MetricSpec, ...] = (*STAT_METRICS, *DRIVER_METRICS)
+
+_counters: dict[str, Counter] = {}
+_gauges: dict[str, Gauge] = {}
+_histograms: dict[str, Histogram] = {}
+_bulk: dict[str, BulkHistogram] = {}
+
+
+def _build(spec: MetricSpec) -> Counter | Gauge | Histogram | BulkHistogram:
+    """The metric of ``spec`` in :data:`REGISTRY`, with every series it declares (at 0 from the first scrape)."""
+    name, labels = P + spec.name, spec.labels
+    metric: Counter | Gauge | Histogram | BulkHistogram
+    if spec.kind == "counter":
+        metric = _counters[spec.name] = Counter(name, spec.help, labels, registry=REGISTRY)
+    elif spec.kind == "gauge":
+        metric = _gauges[spec.name] = Gauge(name, spec.help, labels, registry=REGISTRY)
+    elif spec.buckets is not None:
+        bounds = [b / spec.buckets.per for b in spec.buckets.bounds]
+        metric = _bulk[spec.name] = BulkHistogram(name, spec.help, bounds, registry=REGISTRY)
+    else:
+        metric = _histograms[spec.name] = Histogram(name, spec.help, labels, buckets=spec.seconds, registry=REGISTRY)
+    if labels and not isinstance(metric, BulkHistogram):
+        for series in spec.series:
+            metric.labels(*series.labels)
+    return metric
+
+
+#: every metric by its family name (a counter's without ``_total``, as Prometheus' TYPE line names it)
+METRICS: dict[str, Counter | Gauge | Histogram | BulkHistogram] = {
+    P + (s.name.removesuffix("_total") if s.kind == "counter" else s.name): _build(s) for s in METRIC_SPECS
+}
 
 #: the plain counters, one per stat that declares one (:data:`service.task.stats.STATS`), by stat name: the driver
 #: adds the stat's observed sum to it
-STAT_COUNTERS: dict[str, Counter] = {
-    s.name: Counter(P + s.counter.name, s.counter.help, registry=REGISTRY) for s in STATS if s.counter is not None
-}
+STAT_COUNTERS: dict[str, Counter] = {s.name: _counters[s.counter.name] for s in STATS if s.counter is not None}
 
-METRICS: dict[str, Any] = {
-    m._name: m
-    for m in (
-        build_info,
-        config_info,
-        records_dropped,
-        records_produced,
-        record_lateness,
-        e2e_latency,
-        batch_duration,
-        batches,
-        last_progress,
-        stream_time,
-        partition_stream_time,
-        input_rate,
-        processed_rate,
-        consumer_lag,
-        offsets_behind,
-        state_windows,
-        state_rows,
-        state_bytes,
-        task_batches,
-        worker_seconds,
-        lag_poll_errors,
-    )
-}
+# the metrics the driver sets (the stat-fed ones are updated from their declarations, :func:`record_progress`)
+batch_duration = _histograms["micro_batch_duration_seconds"]
+batches = _counters["micro_batches_total"]
+last_progress = _gauges["last_progress_timestamp_seconds"]
+stream_time = _gauges["stream_time_seconds"]
+partition_stream_time = _gauges["partition_stream_time_seconds"]
+state_windows = _gauges["state_windows"]
+state_rows = _gauges["state_store_rows"]
+state_bytes = _gauges["state_store_bytes"]
+input_rate = _gauges["input_rows_per_second"]
+processed_rate = _gauges["processed_rows_per_second"]
+consumer_lag = _gauges["consumer_lag_records"]
+offsets_behind = _gauges["max_offsets_behind_latest_records"]
+lag_poll_errors = _counters["consumer_lag_poll_errors_total"]
+build_info = _gauges["build_info"]
+config_info = _gauges["config_info"]
 
-METRICS.update({m._name: m for m in STAT_COUNTERS.values()})
 
-# label values known up front (so every series exists from the first scrape, at 0)
-for _r in DROP_REASONS:
-    records_dropped.labels(_r)
-for _k in ("changelog", "late", "dead_letter"):
-    records_produced.labels(_k)
-for _k in ("memory", "sst"):
-    state_bytes.labels(_k)
-for _k in ("process", "state_read", "state_write", "produce"):
-    worker_seconds.labels(_k)
+def readme_table() -> str:
+    """The README's metrics table: one row per metric of :data:`METRIC_SPECS` (name with its labels, kind, text)."""
+    rows = ["| metric | type | meaning |", "| --- | --- | --- |"]
+    for s in METRIC_SPECS:
+        labels = "{" + ",".join(s.labels) + "}" if s.labels else ""
+        rows.append(f"| `{P}{s.name}{labels}` | {s.kind} | {s.doc or s.help} |")
+    return "\n".join(rows) + "\n"
 
 
 def set_build_info() -> None:
@@ -300,26 +334,16 @@ def record_progress(
     parsed); ``lag`` gets the progress' end offsets; ``late_topic``: late records are written to a topic."""
     tasks = observed.get("tasks") or []
     o = {k: _int(v) for k, v in observed.items() if k != "tasks"}
-    for stat in STATS:
-        if stat.counter is not None:
-            v = o.get(stat.name, 0)
-            STAT_COUNTERS[stat.name].inc(v if stat.counter.per == 1 else v / stat.counter.per)
-    records_dropped.labels("late").inc(o.get("late", 0))
-    dead = o.get("dead_lettered", 0)
-    for reason in DEAD_LETTER_REASONS:
-        records_dropped.labels(reason).inc(o.get(dead_letter_stat(reason), 0))
-    records_produced.labels("changelog").inc(o.get("changelog", 0))
-    records_produced.labels("dead_letter").inc(dead)
-    records_produced.labels("late").inc(o.get("late", 0) if late_topic else 0)
-    task_batches.inc(o.get("task_batches", 0))
-    worker_seconds.labels("process").inc(o.get("process_ns", 0) / 1e9)
-    worker_seconds.labels("state_read").inc(o.get("state_read_ns", 0) / 1e9)
-    worker_seconds.labels("state_write").inc(o.get("state_write_ns", 0) / 1e9)
-    worker_seconds.labels("produce").inc(o.get("produce_ns", 0) / 1e9)
-    if any(k.startswith("lateness_b") for k in o):
-        record_lateness.add(_buckets(o, "lateness_b", len(LATENESS_BUCKETS_MS)), o.get("lateness_ms_sum", 0) / 1000)
-    if any(k.startswith("latency_b") for k in o):
-        e2e_latency.add(_buckets(o, "latency_b", len(LATENCY_BUCKETS_MS)), o.get("latency_ms_sum", 0) / 1000)
+    for spec in STAT_METRICS:
+        if spec.buckets is not None:
+            b = spec.buckets
+            if any(k.startswith(b.prefix) for k in o):
+                _bulk[spec.name].add(_buckets(o, b.prefix, len(b.bounds)), o.get(b.sum, 0) / b.per)
+            continue
+        counter = _counters[spec.name]
+        for series in spec.series:
+            v = 0 if series.stat is None or (series.late_topic_only and not late_topic) else o.get(series.stat, 0)
+            (counter.labels(*series.labels) if series.labels else counter).inc(v if spec.per == 1 else v / spec.per)
     global _max_stream_time
     with _lock:
         if o.get("stream_time", -1) > _max_stream_time:

@@ -20,7 +20,6 @@ PACKAGES = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file(
 #: internals the product deliberately reaches (pyspark, prometheus_client, argparse) or a tool's own helper.
 #: Nothing in windowstore/ is allowed: the engine's modules talk through windowstore.state and public methods.
 ALLOWED_OUTSIDE_ENGINE = {
-    "m._name",  # prometheus_client: a metric's registered name (service/metrics.py)
     "read_udfs._slidingwindow",  # pyspark worker patch marker (service/spark/python_worker.py)
     "argparse._ArgumentGroup",  # argparse: the type of an argument group, for annotations (service/settings.py)
     "os._exit",  # the standard library's exit without clean-up (devtools/demo.py, after a fork)

@@ -2,7 +2,7 @@
 
 An aggregation owns an *accumulator* that is treated as an immutable value: ``accumulate`` returns a new
 accumulator and never mutates its argument, because the sliding-window processor copies accumulators between
-windows (SEMANTICS.md R12.3: a new right window is a copy of another window's aggregate).
+windows (docs/rules.md R12.3: a new right window is a copy of another window's aggregate).
 
 * ``create()``                  the empty accumulator (Kafka Streams' initializer)
 * ``accumulate(acc, value, key)`` fold one value in (Kafka Streams' aggregator; built-ins ignore ``key``)

@@ -515,6 +515,7 @@ def process_columns(
     n = len(keys)
     if values is None and fields is None:
         raise ValueError("process_columns needs fields or values")
+    given = {} if fields is None else fields  # (with no values, the fields were given)
     varr = None
     if values is not None:
         varr = np.empty(n, dtype=object)
@@ -522,7 +523,7 @@ def process_columns(
 
     def record_values() -> Sequence[Any]:
         # record values only when needed: the record path (fallback) and drop reports
-        return values if values is not None else _values_from_fields(fields, n)  # type: ignore[arg-type]
+        return values if values is not None else _values_from_fields(given, n)
 
     def fallback() -> bool:
         stamps = timestamps.tolist() if hasattr(timestamps, "tolist") else timestamps
@@ -532,7 +533,7 @@ def process_columns(
     if plan is None:
         return fallback()
     if values is None:
-        missing = sorted({str(f) for kind, f in plan if kind != "count" and f not in fields})  # type: ignore[operator]
+        missing = sorted({str(f) for kind, f in plan if kind != "count" and f not in given})
         if missing:
             raise ValueError(f"process_columns: fields lacks the aggregation input(s) {', '.join(missing)}")
     td, grace = state.td, state.grace
@@ -616,8 +617,11 @@ def process_columns(
         # the key's columns and the batch's must have one dtype per part (they are stored as int64 rows)
         if len(kw.cols) and kw.cols.kinds != new_kinds:
             return fallback()
+        raw = kw.raw  # columnize set it
+        if raw is None:
+            return fallback()
         for i, p in enumerate(parts_new):
-            if p is not None and len(kw.raw.ts) and kw.raw.cols[i].dtype != p.dtype:  # type: ignore[union-attr]
+            if p is not None and len(raw.ts) and raw.cols[i].dtype != p.dtype:
                 return fallback()
         if key in state.flagged_keys and not _consistent_with_r3(td, plan, kw, acc_ts[key_id == k]):
             return fallback()
@@ -687,7 +691,7 @@ def process_columns(
     store.expired += m
     store.size -= m
     if state.is_close:
-        _close_windows(state, batch_keys, res, close_at)
+        _close_windows(state, plan, batch_keys, res, close_at)
         return True
 
     cache = sealed(state)
@@ -750,7 +754,7 @@ def _emission_visible(state: EngineState, res: _Written, close: int) -> bool:
     return not state.pending_close.any_in(lower, min(upper, bound - 1))
 
 
-def _close_windows(state: EngineState, keys: list[Hashable], res: _Written, close: int | None) -> None:
+def _close_windows(state: EngineState, plan: Plan, keys: list[Hashable], res: _Written, close: int | None) -> None:
     """After a stored batch in close mode: its new windows wait for their close, then the round at ``close``
     (``record.maybe_emit_final``, reading columns) emits the closed ones into ``state.closed``."""
     new = res.starts[res.new]
@@ -785,7 +789,7 @@ def _close_windows(state: EngineState, keys: list[Hashable], res: _Written, clos
         found = np.zeros(n, bool)
         ts = np.zeros(n, _I64)
         counts = np.zeros(n, _I64)
-        parts: list[Any] = [None] * len(state.plan)  # type: ignore[arg-type]
+        parts: list[Any] = [None] * len(plan)
         by_key = np.argsort(kid, kind="stable")
         edges = np.searchsorted(kid[by_key], np.arange(len(kws) + 1)).tolist()
         for u, kw in enumerate(kws):

@@ -138,13 +138,21 @@ def rows_of(m: np.ndarray, first: int, kinds: tuple[str | None, ...]) -> list[An
     return parts
 
 
+def raw_of(kw: KeyWindows) -> RawRecords:
+    """A columnar key's raw records (the batch path keeps them with its columns)."""
+    raw = kw.raw
+    if raw is None:
+        raise ValueError("a key held as columns has no raw records")
+    return raw
+
+
 def raw_matrix(kw: KeyWindows) -> np.ndarray:
     """A columnar key's raw records as rows of one int64 matrix: ts, then each part's values (see
     :attr:`Cols.stacked`); built once, kept in ``kw.raw.matrix``."""
-    raw = kw.raw
-    m = raw.matrix  # type: ignore[union-attr]
+    raw = raw_of(kw)
+    m = raw.matrix
     if m is None:
-        m = raw.matrix = np.stack([raw.ts, *bit_rows(raw.cols)])  # type: ignore[union-attr]
+        m = raw.matrix = np.stack([raw.ts, *bit_rows(raw.cols)])
     return m
 
 
@@ -269,10 +277,10 @@ def columnize(kw: KeyWindows, plan: Plan, composite: bool) -> bool:
 
 def trim(kw: KeyWindows, bound: int) -> int:
     """Columnar :meth:`KeyWindows.trim_below`."""
-    raw = kw.raw
-    if len(raw.ts) and raw.ts[0] < bound:  # type: ignore[union-attr]
-        j = int(raw.ts.searchsorted(bound))  # type: ignore[union-attr]
-        set_raw(kw, raw_matrix(kw)[:, j:], part_kinds(raw.cols))  # type: ignore[union-attr]
+    raw = raw_of(kw)
+    if len(raw.ts) and raw.ts[0] < bound:
+        j = int(raw.ts.searchsorted(bound))
+        set_raw(kw, raw_matrix(kw)[:, j:], part_kinds(raw.cols))
     m = kw.cols.stacked  # row 0: the starts (read from the matrix: no column views made for the check)
     if m.shape[1] and m[0, 0] < bound:
         c = kw.cols

@@ -114,7 +114,7 @@ def process_fast(state: EngineState, key: Hashable, value: Any, t: Any) -> list[
                 ie = n - 2 if n > 1 and starts[n - 2] == end else bisect_left(starts, end)  # usually n - 2
                 stamps[starts[a]] = run.seq + 1 + ie - a
             else:
-                kw.settle_range(a, j)
+                kw.settle_range(run, a, j)
         if not updated:
             run.act = None
     if updated:

@@ -18,7 +18,7 @@ import numpy as np
 
 from .aggregations import Composite
 from .cache import replace, sealed, stamped_updates
-from .columns import accumulators, exact_column, object_array
+from .columns import Plan, accumulators, exact_column, object_array
 from .state import CachedWrites, ColumnWrites, EmittedColumns, EmittedUpdates, EngineState
 from .updates import WindowUpdate
 
@@ -96,7 +96,7 @@ def unflushed(state: EngineState) -> dict[tuple[Hashable, int], Any]:
             items: Any = seg.entries.items()
         else:
             counts = seg.counts.tolist()
-            accs = accumulators(state.plan, composite, counts, seg.parts)  # type: ignore[arg-type]
+            accs = accumulators(_plan(state), composite, counts, seg.parts)
             keys = seg.keys
             items = (
                 ((keys[k], s), (a, t, n))
@@ -116,12 +116,20 @@ def take_unflushed(state: EngineState) -> dict[tuple[Hashable, int], Any]:
     return out
 
 
+def _plan(state: EngineState) -> Plan:
+    """The batch path's plan: every column segment was written by the batch path, which has one."""
+    plan = state.plan
+    if plan is None:
+        raise ValueError("column segments without the batch path's plan")
+    return plan
+
+
 def _finished(state: EngineState, parts: list[Any], count: np.ndarray) -> dict[str, Any]:
     """Finished aggregate columns by output name from the batch path's part columns."""
     agg = state.aggregation
     names = [p.name for p in agg.parts] if isinstance(agg, Composite) else [agg.name]
     values = {}
-    for name, (kind, _f), col in zip(names, state.plan, parts):  # type: ignore[arg-type]
+    for name, (kind, _f), col in zip(names, _plan(state), parts):
         if kind == "count":
             values[name] = count
         elif kind == "mean":

@@ -2,7 +2,7 @@
 :class:`~windowstore.state.EngineState`.
 
 One state is one *task* (one input partition in Kafka Streams): all its keys share one observed stream time
-(SEMANTICS.md R7). :func:`process_record` applies R6-R22 to a record, mirroring ``process`` /
+(docs/rules.md R7). :func:`process_record` applies R6-R22 to a record, mirroring ``process`` /
 ``processReverse`` / ``processEarly`` / ``createWindows`` / ``updateWindowAndForward`` of Kafka Streams
 literally (:func:`process_reverse`, :func:`process_early`, :func:`put_new`, :func:`add_new`), including the
 partially-late regime (R22b, R31) where that code departs from the declarative window definition (R3).

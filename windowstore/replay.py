@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from .aggregations import BUILTINS, Aggregation, parse_aggregations
 from .processor import SlidingWindowProcessor
@@ -172,7 +172,7 @@ class _ArgumentError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise _ArgumentError(message)
 
 

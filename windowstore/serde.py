@@ -101,7 +101,9 @@ def _encode_columns(kw: KeyWindows) -> bytes:
     c = kw.cols
     parts = list(c.parts)
     raw = kw.raw
-    raw_cols = list(raw.cols) if raw is not None else []
+    if raw is None:
+        raise StateFormatError(f"{len(parts)} window columns but no raw records")
+    raw_cols = list(raw.cols)
     if len(raw_cols) != len(parts):
         raise StateFormatError(f"{len(parts)} window columns but {len(raw_cols)} raw columns")
     codes = bytes([_type_code(x) for x in parts] + [_type_code(x) for x in raw_cols])
@@ -110,10 +112,10 @@ def _encode_columns(kw: KeyWindows) -> bytes:
         c.ts,
         c.counts,
         *(x for x in parts if x is not None),
-        raw.ts,  # type: ignore[union-attr]
+        raw.ts,
         *(x for x in raw_cols if x is not None),
     ]
-    chunks = [_COLUMNS_HEADER.pack(KEY_FORMAT_COLUMNS, len(c.starts), len(raw.ts), len(parts)), codes]  # type: ignore[union-attr]
+    chunks = [_COLUMNS_HEADER.pack(KEY_FORMAT_COLUMNS, len(c.starts), len(raw.ts), len(parts)), codes]
     chunks.extend(a.astype(t, copy=False).tobytes() for a, t in zip(arrays, _column_dtypes(codes, len(parts))))
     return b"".join(chunks)
 

@@ -3,7 +3,7 @@
 A window is stored under ``(key, start)`` as a small mutable entry ``[acc, max_ts, count]``:
 
 * ``acc``     the aggregation accumulator (immutable value, replaced on every put)
-* ``max_ts``  the largest record timestamp in the window (SEMANTICS.md R5)
+* ``max_ts``  the largest record timestamp in the window (docs/rules.md R5)
 * ``count``   how many records were folded into ``acc``
 
 Store time and visibility (R25). The store keeps its own stream time ``store_time`` = the largest window START
@@ -152,14 +152,14 @@ class KeyWindows:
         run = self.run
         if run is not None and run.act is not None:
             starts = self.starts
-            self.settle_range(bisect_left(starts, run.act), len(starts))
+            self.settle_range(run, bisect_left(starts, run.act), len(starts))
             run.act = None
 
-    def settle_range(self, a: int, b: int) -> None:
-        """Real values back for the run's windows at indexes ``a`` to ``b - 1`` (they leave the run)."""
+    def settle_range(self, run: LazyRun, a: int, b: int) -> None:
+        """Real values back for the windows of ``run`` (the key's :attr:`run`) at indexes ``a`` to ``b - 1``
+        (they leave the run)."""
         starts = self.starts
         entries = self.stored
-        run: LazyRun = self.run  # type: ignore[assignment]
         g = run.g
         c = run.c
         t = run.t
@@ -278,6 +278,13 @@ class WindowStore:
         #: the batch path's columnar keys (None: every key is held as entries), see :class:`Columnar`
         self.columnar = columnar
 
+    def _columnar(self) -> Columnar:
+        """:attr:`columnar`, for a key held as columns (only the batch path, which has it, makes them)."""
+        columnar = self.columnar
+        if columnar is None:
+            raise ValueError("a key is held as columns but the store has no columnar codec")
+        return columnar
+
     # -- visibility -------------------------------------------------------------------------------------------
     def read_bound(self) -> int:
         """Smallest window start a read can see now (inclusive)."""
@@ -309,7 +316,7 @@ class WindowStore:
             and kw is not None
             and (kw.cols is not None or (kw.raw is not None and type(kw.raw.ts) is not list))
         ):
-            self.columnar.materialize(kw)  # type: ignore[union-attr]  # a loaded key may come as columns too
+            self._columnar().materialize(kw)  # a loaded key may come as columns too
         return kw
 
     def windows_of(self, key: Hashable) -> KeyWindows:
@@ -424,7 +431,7 @@ class WindowStore:
         bound = self.purge_bound()
         dropped = 0
         for key, kw in self.keys.items():
-            n = kw.trim_below(bound) if kw.cols is None else self.columnar.trim(kw, bound)  # type: ignore[union-attr]
+            n = kw.trim_below(bound) if kw.cols is None else self._columnar().trim(kw, bound)
             if n:
                 dropped += n
                 self.dirty.add(key)

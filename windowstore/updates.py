@@ -11,7 +11,7 @@ __all__ = ["EmitMode", "WindowUpdate", "DroppedRecord", "DropReason", "Processor
 
 
 class EmitMode(str, enum.Enum):
-    """When window results are emitted (DESIGN.md "Emit modes").
+    """When window results are emitted (docs/rules.md R18-R21 and R26-R29; README.md, "Emit modes").
 
     * ``every``:  every window write, in Kafka Streams' order (uncached Kafka Streams, R18-R20)
     * ``update``: the last value of each window written since the previous flush, ordered by last write

@@ -1,7 +1,7 @@
 """Sliding-window definition (Kafka Streams ``SlidingWindows``, KIP-450).
 
 All times are integer milliseconds. A window is ``[start, start + td]`` with BOTH ends inclusive
-(SEMANTICS.md R1)::
+(docs/rules.md R1)::
 
     td = 10
     record t = 25           left window  [15, 25]   (t - td .. t)

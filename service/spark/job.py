@@ -23,9 +23,10 @@ figures in bench/RESULTS.md and its history).
 Per micro-batch and task the processor reads the task meta once, loads a key's windows from the MapState the
 first time that key is touched (lazy loader), and writes either a snapshot - the buckets of the keys whose
 windows changed, plus the meta - or, between snapshots, one log entry with the batch's decoded records (their keys,
-times and aggregated fields; see :class:`~service.task.state.TaskState`; DESIGN.md: state calls are JVM round trips).
-Records are sorted by offset inside the task, so a replayed micro-batch (after a crash) reproduces exactly the same
-state and output; both sinks are at-least-once, so a replay may repeat identical updates.
+times and aggregated fields; see :class:`~service.task.state.TaskState`; state calls are JVM round trips:
+service/README.md, "How it runs on Spark"). Records are sorted by offset inside the task, so a replayed
+micro-batch (after a crash) reproduces exactly the same state and output; both sinks are at-least-once, so a
+replay may repeat identical updates.
 """
 
 from __future__ import annotations
@@ -36,12 +37,13 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from connectors.producer import PRODUCER_DEFAULTS
+from service.checkpoint_access import checkpoint_balance_tasks, checkpoint_state_partitions
 from service.spark import compat
+from service.spark_kafka_options import sink_options, source_options
 from service.task.config import TaskConfig
-from service.task.runner import TaskOutput
+from service.task.runner import TaskBatch, TaskOutput
 from service.task.state import TaskState
-from service.task.stats import STATS, STATS_FIELDS
+from service.task.stats import STATS, STATS_FIELDS, TASK_BATCHES
 from service.worker import owners
 from service.worker.run import run_batch
 
@@ -81,11 +83,6 @@ OUTPUT_SCHEMA = (
 STATS_INDEX = {name: i for i, name in enumerate(STATS_FIELDS)}
 
 OBSERVATION = "slidingwindow"
-
-#: producer settings of Spark's Kafka sink: the direct producer's defaults (:data:`PRODUCER_DEFAULTS`) with the
-#: ``kafka.`` prefix; any of them can be overridden with the ``kafka_options`` setting
-SINK_PRODUCER_DEFAULTS = {f"kafka.{k}": v for k, v in PRODUCER_DEFAULTS.items()}
-
 
 # ------------------------------------------------------------------------------------------------ the processor
 try:
@@ -163,8 +160,10 @@ class WindowTaskProcessor(_StatefulProcessorBase):
             offsets = pdf["offset"].to_numpy()
 
         state = _SparkTaskState(self.task_state, self.buckets_state)
-        batch = (offsets.tolist(), pdf["key"].tolist(), pdf["value"].tolist(), pdf["ts"].tolist())
-        out, forwarded = owners.run(run_batch, self.config, state, topic, partition, *batch)
+        batch = TaskBatch(
+            topic, partition, offsets.tolist(), pdf["key"].tolist(), pdf["value"].tolist(), pdf["ts"].tolist()
+        )
+        out, forwarded = owners.run(run_batch, self.config, state, batch)
         s = out.stats
         s["task_forwarded"] = int(forwarded)
         if self.config.sink != "direct" and len(out):
@@ -290,13 +289,6 @@ def _quiet_spark_logging() -> None:
         os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-java-options -Dlog4j2.configurationFile=file:{cfg} pyspark-shell"
 
 
-def _kafka_options(settings: Any) -> dict[str, str]:
-    opts = {"kafka.bootstrap.servers": settings.bootstrap_servers}
-    for k, v in settings.java_kafka_options():  # security settings in the Java dialect, then kafka_options
-        opts[f"kafka.{k}"] = v
-    return opts
-
-
 #: slots tried per input partition when balancing tasks (see :func:`task_slot`)
 TASK_SLOTS = 64
 
@@ -311,7 +303,7 @@ def task_slot(state_partitions: int) -> Column:
     puts the task on its target ``pmod(pmod(hash(topic), n) + partition, n)`` (consecutive partitions of a topic on
     consecutive state partitions), -1 if none does (probability (1 - 1/n)^64). A pure function of
     (topic, partition, n), so every micro-batch and every restart gives a task the same slot - as long as ``n`` is
-    the checkpoint's number of state partitions (:func:`checkpoint_state_partitions`)."""
+    the checkpoint's number of state partitions (:func:`service.checkpoint_access.checkpoint_state_partitions`)."""
     from pyspark.sql import functions as F
 
     n = int(state_partitions)
@@ -321,79 +313,12 @@ def task_slot(state_partitions: int) -> Column:
     return F.expr(f"CASE {whens} ELSE -1 END").cast("int")
 
 
-def checkpoint_state_partitions(checkpoint_dir: str) -> int | None:
-    """``spark.sql.shuffle.partitions`` frozen into an existing checkpoint (Spark keeps it over the setting)."""
-    import json
-    from pathlib import Path
-
-    offsets = Path(checkpoint_dir) / "offsets"
-    batches = (
-        sorted((p for p in offsets.glob("*") if p.name.isdigit()), key=lambda p: int(p.name))
-        if offsets.is_dir()
-        else []
-    )
-    for path in reversed(batches):
-        for line in path.read_text().splitlines():
-            if line.startswith("{") and '"conf"' in line:
-                value = json.loads(line).get("conf", {}).get("spark.sql.shuffle.partitions")
-                if value is not None:
-                    return int(value)
-    return None
-
-
-LAYOUT_FILE = "slidingwindow-layout.json"
-
-
-def checkpoint_balance_tasks(checkpoint_dir: str, balance_tasks: bool) -> bool:
-    """Whether the query's state key has the ``slot`` (:func:`task_slot`): what the checkpoint was created with
-    (recorded in :data:`LAYOUT_FILE`; a checkpoint with batches but no such file predates the slot: no slot), else
-    ``balance_tasks``, recorded now. A checkpoint on a remote file system (``scheme://``) takes the setting."""
-    import json
-    from pathlib import Path
-
-    if "://" in checkpoint_dir:
-        return balance_tasks
-    root = Path(checkpoint_dir)
-    marker = root / LAYOUT_FILE
-    if marker.exists():
-        recorded = bool(json.loads(marker.read_text())["balance_tasks"])
-    elif any((root / "offsets").glob("[0-9]*")):
-        recorded = False
-    else:
-        root.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps({"balance_tasks": balance_tasks}))
-        return balance_tasks
-    if recorded != balance_tasks:
-        logger.warning(
-            "balance_tasks=%s ignored: the checkpoint %s was created with %s", balance_tasks, checkpoint_dir, recorded
-        )
-    return recorded
-
-
-#: Spark Kafka source options the service sets (``source_options`` overrides them). ``fetch.max.wait.ms``: a task
-#: ends with a fetch in flight that the broker parks until new data or this timeout (500 ms by default), and the
-#: reused consumer cannot fetch again before that answer, so the next micro-batch's read of each partition waited
-#: up to 500 ms (bench/batch_overhead.py measures the source stage; figures in bench/RESULTS.md)
-SOURCE_DEFAULTS = {"kafka.fetch.max.wait.ms": "10"}
-
-
 def source_frame(spark: Any, settings: Any) -> DataFrame:
     """The Kafka source as (topic, partition, offset, key, value, ts) with ts = record timestamp in epoch ms, plus
     ``slot`` (:func:`task_slot`) when ``balance_tasks`` is on."""
     from pyspark.sql import functions as F
 
-    reader = spark.readStream.format("kafka").options(
-        **{**SOURCE_DEFAULTS, **_kafka_options(settings), **dict(settings.source_options)}
-    )
-    reader = reader.option("subscribe", ",".join(settings.input_topics))
-    reader = reader.option("startingOffsets", settings.starting_offsets)
-    reader = reader.option("failOnDataLoss", "true")
-    if getattr(settings, "processing_guarantee", "") == "exactly_once" and "kafka.isolation.level" not in dict(
-        settings.source_options
-    ):
-        reader = reader.option("kafka.isolation.level", "read_committed")  # upstream transactions: committed only
-    if settings.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+    reader = spark.readStream.format("kafka").options(**source_options(settings))
     df = reader.load()
     cols = ["topic", "partition", "offset", "key", "value", F.unix_millis(F.col("timestamp")).alias("ts")]
     if checkpoint_balance_tasks(settings.checkpoint_dir, settings.balance_tasks):
@@ -423,7 +348,7 @@ def _stat(name: str) -> Column:
 def observed_columns() -> list[Column]:
     from pyspark.sql import functions as F
 
-    cols = [F.count(F.when(F.col("kind") == "stats", 1)).alias("task_batches")]
+    cols = [F.count(F.when(F.col("kind") == "stats", 1)).alias(TASK_BATCHES)]
     for stat in STATS:
         agg = F.max if stat.observed == "max" else F.sum
         cols.append(F.coalesce(agg(_stat(stat.name)), F.lit(0)).cast("long").alias(stat.name))
@@ -474,11 +399,7 @@ def start_query(spark: Any, settings: Any, config: TaskConfig, query_name: str =
     if config.sink == "direct":
         writer = windowed.observe(OBSERVATION, *observed_columns()).writeStream.format("noop")
     else:
-        writer = (
-            sink_frame(windowed)
-            .writeStream.format("kafka")
-            .options(**{**SINK_PRODUCER_DEFAULTS, **_kafka_options(settings)})
-        )
+        writer = sink_frame(windowed).writeStream.format("kafka").options(**sink_options(settings))
     writer = writer.option("checkpointLocation", settings.checkpoint_dir).queryName(query_name).outputMode("append")
     if settings.trigger_interval_ms:
         writer = writer.trigger(processingTime=f"{settings.trigger_interval_ms} milliseconds")

@@ -148,7 +148,7 @@ def fast_transform_with_state(closure: dict[str, Any]) -> Callable[[int, Iterato
         dtype is the batch's), a key's consecutive rows across batches cut every :func:`_rows_per_frame` rows
         (pyspark's mean row size is over every batch so far)."""
         total_bytes = total_rows = 0
-        key: tuple[Any, ...] | None = None
+        key: tuple[Any, ...] = ()  # the key of the rows in ``pieces`` (set before the first row goes in)
         pieces: list[Any] = []  # row ranges of converted batches that make the frame being filled
         filled = 0
         for batch in batches:
@@ -170,7 +170,7 @@ def fast_transform_with_state(closure: dict[str, Any]) -> Callable[[int, Iterato
             for start, end in key_runs(batch, key_offsets):
                 run_key = tuple(batch.column(o)[start].as_py() for o in key_offsets)
                 if pieces and run_key != key:
-                    yield key, frame_of(pieces)  # type: ignore[misc]
+                    yield key, frame_of(pieces)
                     pieces, filled = [], 0
                 key = run_key
                 s = start
@@ -183,7 +183,7 @@ def fast_transform_with_state(closure: dict[str, Any]) -> Callable[[int, Iterato
                         yield key, frame_of(pieces)
                         pieces, filled = [], 0
         if pieces:
-            yield key, frame_of(pieces)  # type: ignore[misc]
+            yield key, frame_of(pieces)
 
     def convert(results: Iterator[Any]) -> Iterator[Any]:
         for result in results:

@@ -9,13 +9,13 @@ in a Python worker); this module holds no process state of its own.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Protocol, cast
 
 from connectors.schema_registry import SchemaRegistryUnavailable
 from connectors.serde import Decoded
 from service.task.config import TaskConfig
-from service.task.runner import TaskOutput, TaskRunner, run_isolating
+from service.task.runner import TaskBatch, TaskOutput, TaskRunner, run_isolating
 from service.task.state import (
     BucketSource,
     TaskState,
@@ -62,13 +62,7 @@ class TaskCache(Protocol):
 def process_task_batch(
     runner: TaskRunner,
     state: TaskState,
-    topic: str,
-    partition: int,
-    offsets: Sequence[int],
-    keys: Sequence[bytes | None],
-    values: Sequence[bytes | None],
-    timestamps: Sequence[int | None],
-    emit_time_ms: int | None = None,
+    batch: TaskBatch,
     on_output: Callable[[TaskOutput], None] | None = None,
     cache: TaskCache | None = None,
 ) -> TaskOutput:
@@ -85,10 +79,10 @@ def process_task_batch(
     ``cache`` is the worker's cache of processors (none: every batch restores from the state); the worker runs
     one batch at a time against it (:func:`service.worker.run.process_task_batch`)."""
     cfg = runner.config
-    use_cache = cfg.state_cache and cache is not None
+    keep = cache if cfg.state_cache else None  # where the processor is kept after the batch
     t_start = time.perf_counter_ns()
     task = state.get_task()
-    cache_key = (cfg, topic, partition)
+    cache_key = (cfg, batch.topic, batch.partition)
     # taken: a failure below leaves no half-updated entry behind
     cached = cache.take(cache_key) if cache is not None else None
     if task is not None:
@@ -96,53 +90,40 @@ def process_task_batch(
     else:
         meta, token, n_buckets = None, "", cfg.state_buckets
     cur = Token.parse(token)
-    hit = cached is not None and use_cache and task is not None and cached.token == token
+    hit = False
     proc: TaskProcessor | None = None
-    plan: list[tuple[int, int]] | None = [] if hit else None  # log entries (parity, i) to replay
+    source: BucketSource | None = None
+    plan: list[tuple[int, int]] = []  # log entries (parity, i) to replay
     first: tuple[str, Decoded] | None = None
-    if hit:
-        proc, source = cached.proc, cached.source  # type: ignore[union-attr]
-        source.bind(state)
-    elif cached is not None and use_cache and task is not None:
-        # behind? the first entry it needs must have been applied to its token
-        plan = cur.catch_up(Token.parse(cached.token))
-        if plan:
-            first = read_log(state, *plan[0], cfg.value_fields)
-            if first[0] == cached.token:
-                proc, source = cached.proc, cached.source
-                source.bind(state)
-            else:
-                plan, first = None, None
-    if proc is None:
+    if cached is not None and keep is not None and task is not None:
+        if cached.token == token:
+            hit = True
+            proc, source = cached.proc, cached.source
+        else:
+            # behind? the first entry it needs must have been applied to its token
+            behind = cur.catch_up(Token.parse(cached.token))
+            if behind:
+                first = read_log(state, *behind[0], cfg.value_fields)
+                if first[0] == cached.token:
+                    proc, source, plan = cached.proc, cached.source, behind
+                else:
+                    first = None
+    if proc is None or source is None:
         proc, source = new_processor(cfg, meta, n_buckets)
-        source.bind(state)
         plan = [(cur.parity, i) for i in range(cur.entries)]
-    for n, (parity, i) in enumerate(plan):  # type: ignore[arg-type]
+    source.bind(state)
+    for n, (parity, i) in enumerate(plan):
         entry = first if n == 0 and first is not None else read_log(state, parity, i, cfg.value_fields)
         runner.replay(proc, entry[1])
     read_start = time.perf_counter_ns() - t_start
     try:
         try:
-            out = runner.run(proc, topic, partition, offsets, keys, values, timestamps, emit_time_ms)
+            out = runner.run(proc, batch)
         except SchemaRegistryUnavailable:
             raise  # not a record's fault: the batch fails and Spark retries it
         except Exception as exc:  # the processing exception handler
             source.release()
-            proc, source, out = run_isolating(
-                runner,
-                state,
-                meta,
-                n_buckets,
-                cur,
-                topic,
-                partition,
-                offsets,
-                keys,
-                values,
-                timestamps,
-                emit_time_ms,
-                exc,
-            )
+            proc, source, out = run_isolating(runner, state, meta, n_buckets, cur, batch, exc)
         output_ns = 0
         if on_output is not None:
             t0 = time.perf_counter_ns()
@@ -155,13 +136,14 @@ def process_task_batch(
         proc.expire()
         changed: dict[int, dict[str, bytes | None]] = {}
         written = deleted = 0
-        snapshot_now = task is None or cur.entries + 1 >= _generation_length(cfg.state_snapshot_every, cur, partition)
+        generation = _generation_length(cfg.state_snapshot_every, cur, batch.partition)
+        snapshot_now = task is None or cur.entries + 1 >= generation
         # every batch after the first logs its records; a snapshot batch's entry closes its generation, so a
         # worker that is behind it still catches up through the log
         assert out.decoded is not None  # TaskRunner.run sets it
         if task is not None:
             state.put_bucket(log_slot(cur.entries, cur.parity), encode_log(token, out.decoded, cfg.value_fields))
-        if snapshot_now:
+        if snapshot_now or meta is None:  # (no meta: a new task, whose first batch is a snapshot)
             for k, blob in proc.export_keys(proc.dirty_keys()).items():
                 key = cast(str, k)  # the service's aggregation keys are str (decoded record keys)
                 changed.setdefault(bucket_of(key, n_buckets), {})[key] = blob
@@ -186,16 +168,16 @@ def process_task_batch(
             state.set_task(proc.export_meta(), new_token, n_buckets)
         else:  # the snapshot's meta stays; the keys stay dirty until the next snapshot writes them
             new_token = str(cur.logged())
-            state.set_task(meta, new_token, n_buckets)  # type: ignore[arg-type]
+            state.set_task(meta, new_token, n_buckets)
     finally:
         source.release()
-    if use_cache:
-        cache.add(cache_key, CachedTask(new_token, proc, source, runner))  # type: ignore[union-attr]
+    if keep is not None:
+        keep.add(cache_key, CachedTask(new_token, proc, source, runner))
     loaded, read_ns = source.loaded, source.read_ns + read_start
     s = out.stats
     s["windows_expired"] += proc.expired_windows - expired_before
     s["state_cache_hit"] = int(hit)
-    s["state_log_replayed"] = len(plan)  # type: ignore[arg-type]
+    s["state_log_replayed"] = len(plan)
     s["state_snapshot"] = int(snapshot_now)
     s["state_windows"] = proc.windows_held
     s["state_buckets_loaded"] = loaded

@@ -17,8 +17,8 @@ import logging
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,12 +37,63 @@ from service.task.stats import (
 )
 from windowstore import TaskProcessor
 
-__all__ = ["TaskStats", "TaskOutput", "TaskRunner", "ProcessingFailure", "run_isolating"]
+if TYPE_CHECKING:  # where a worker produces rows; imported there
+    from connectors.producer import OutputProducer
+    from connectors.transactions import TaskProducer
+
+__all__ = ["TaskBatch", "TaskStats", "TaskOutput", "TaskRunner", "ProcessingFailure", "run_isolating"]
 
 logger = logging.getLogger(__name__)
 
 #: a batch where more than this share of the records lack an aggregated field logs a warning naming it
 MISSING_FIELD_WARN_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class TaskBatch:
+    """One task's records of a micro-batch, in OFFSET ORDER, as parallel columns: what Spark's processor hands
+    the worker (:class:`service.spark.job.WindowTaskProcessor`), what a task's owner receives over its socket
+    (:mod:`service.worker.owners`) and what :meth:`TaskRunner.run` processes. ``emit_time_ms`` is the emit time
+    of the batch's changelog rows; None: the wall clock when the batch is processed (tests fix it)."""
+
+    topic: str
+    partition: int
+    offsets: Sequence[int]
+    keys: Sequence[bytes | None]
+    values: Sequence[bytes | None]
+    timestamps: Sequence[int | None]
+    emit_time_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.offsets)
+        if not len(self.keys) == len(self.values) == len(self.timestamps) == n:
+            raise ValueError(
+                f"a batch of {self.task} with {n} offsets, {len(self.keys)} keys, {len(self.values)} values and "
+                f"{len(self.timestamps)} timestamps: the columns must be equally long"
+            )
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @property
+    def task(self) -> str:
+        """The task's name in messages: ``topic-partition``."""
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def end(self) -> int:
+        """The offset after the batch's last record (what a consumer group commits for it)."""
+        return int(self.offsets[-1]) + 1
+
+    def select(self, at: Sequence[int]) -> TaskBatch:
+        """The records at the positions ``at``, in that order: the same task and emit time."""
+        return replace(
+            self,
+            offsets=[self.offsets[j] for j in at],
+            keys=[self.keys[j] for j in at],
+            values=[self.values[j] for j in at],
+            timestamps=[self.timestamps[j] for j in at],
+        )
 
 
 @dataclass
@@ -105,9 +156,42 @@ class TaskOutput:
         """Every row as ``(kind, topic, key, value, headers)``, the changelog last."""
         return list(zip(*self.columns()))
 
+    def send_to(self, sink: OutputProducer | TaskProducer) -> None:
+        """Hand every row to ``sink`` (the worker's producer, or the task's transaction): the rows with headers,
+        then the changelog rows as one block."""
+        sink.send(self.topic, self.key, self.value, self.headers)
+        sink.send_rows(self.changelog_topic, self.changelog_keys, self.changelog_values)
+
 
 def _b(v: Any) -> bytes:
     return str(v).encode("utf-8")
+
+
+def _dead_letter(
+    out: TaskOutput,
+    topic: str,
+    batch: TaskBatch,
+    i: int,
+    reason: str,
+    message: str,
+    keep_value: bool = True,
+    exception: str = "",
+    stacktrace: str = "",
+) -> None:
+    """Add record ``i`` of ``batch`` to ``out`` as a dead letter for ``topic``: its key, its value unless
+    ``keep_value`` is false, and the headers of :func:`~connectors.output.dead_letter_headers` (why, where it
+    came from; ``exception`` and ``stacktrace`` when processing it raised)."""
+    headers = dead_letter_headers(
+        reason,
+        message,
+        batch.topic,
+        batch.partition,
+        batch.offsets[i],
+        batch.timestamps[i],
+        exception=exception,
+        stacktrace=stacktrace,
+    )
+    out.add("dlq", topic, batch.keys[i], batch.values[i] if keep_value else None, headers)
 
 
 class TaskRunner:
@@ -118,29 +202,20 @@ class TaskRunner:
         self.decoder = InputDecoder(config.input, registry=registry)
         self.encoder = ChangelogEncoder(config.changelog)
 
-    def run(
-        self,
-        proc: TaskProcessor,
-        topic: str,
-        partition: int,
-        offsets: Sequence[int],
-        keys: Sequence[bytes | None],
-        values: Sequence[bytes | None],
-        timestamps: Sequence[int | None],
-        emit_time_ms: int | None = None,
-    ) -> TaskOutput:
-        """Process one task's records of a micro-batch, given in OFFSET ORDER; returns the output rows.
+    def run(self, proc: TaskProcessor, batch: TaskBatch) -> TaskOutput:
+        """Process one task's records of a micro-batch (offset order); returns the output rows.
 
         Only the processor is changed (its state is the caller's to persist)."""
         t0 = time.perf_counter_ns()
         cfg = self.config
         out = TaskOutput()
         stats = out.stats
-        emit_time = int(time.time() * 1000) if emit_time_ms is None else emit_time_ms
+        keys, values, offsets = batch.keys, batch.values, batch.offsets
+        emit_time = int(time.time() * 1000) if batch.emit_time_ms is None else batch.emit_time_ms
         n = len(offsets)
         stats["records"] = n
         stats["max_offset"] = int(offsets[-1]) if n else -1
-        good, bad = self.decoder.decode_columns(keys, values, timestamps, cfg.value_fields)
+        good, bad = self.decoder.decode_columns(keys, values, batch.timestamps, cfg.value_fields)
 
         ps = proc.stats
         created0, updated0, skipped0 = ps.windows_created, ps.windows_updated, ps.skipped_windows
@@ -169,17 +244,11 @@ class TaskRunner:
         # dead letters, then late records, then the changelog (each in input/emission order)
         for i, reason, message in bad:
             # a value over the size limit is not copied (it may not fit a record); the headers say where it is
-            value = None if reason == "value-too-large" else values[i]
-            out.add(
-                "dlq",
-                cfg.dead_letter_topic,
-                keys[i],
-                value,
-                dead_letter_headers(reason, message, topic, partition, offsets[i], timestamps[i]),
-            )
+            _dead_letter(out, cfg.dead_letter_topic, batch, i, reason, message, keep_value=reason != "value-too-large")
             stats[dead_letter_stat(reason)] += 1
-        self._check_missing_fields(stats, n, topic, partition)
+        self._check_missing_fields(stats, n, batch.task)
         if cfg.late_topic:
+            topic, partition = batch.topic, batch.partition
             for i, d in late_rows:
                 out.add(
                     "late",
@@ -225,7 +294,7 @@ class TaskRunner:
         stats["process_ns"] = time.perf_counter_ns() - t0
         return out
 
-    def _check_missing_fields(self, stats: TaskStats, n: int, topic: str, partition: int) -> None:
+    def _check_missing_fields(self, stats: TaskStats, n: int, task: str) -> None:
         """Count the records the decoder found without an aggregated field; warn (naming the field) when most
         records of the batch lack it: more likely a typo in the aggregations than bad producers."""
         missing = self.decoder.missing_fields
@@ -235,12 +304,11 @@ class TaskRunner:
         for name, count in missing.items():
             if count > MISSING_FIELD_WARN_SHARE * n:
                 logger.warning(
-                    "%d of %d records of %s-%d lack the field %r that the aggregations %r read: a typo "
+                    "%d of %d records of %s lack the field %r that the aggregations %r read: a typo "
                     "in the aggregations? (they are dead-lettered with error schema-mismatch)",
                     count,
                     n,
-                    topic,
-                    partition,
+                    task,
                     name,
                     self.config.aggregations,
                 )
@@ -287,13 +355,7 @@ def run_isolating(
     meta: Any,
     n_buckets: int,
     cur: Token,
-    topic: str,
-    partition: int,
-    offsets: Sequence[int],
-    keys: Sequence[bytes | None],
-    values: Sequence[bytes | None],
-    timestamps: Sequence[int | None],
-    emit_time_ms: int | None,
+    batch: TaskBatch,
     exc: Exception,
 ) -> tuple[TaskProcessor, BucketSource, TaskOutput]:
     """The processing exception handler (Kafka Streams' ``processing.exception.handler``, KIP-1033), after
@@ -317,20 +379,12 @@ def run_isolating(
         return proc, source
 
     def run(proc: TaskProcessor, at: Sequence[int]) -> TaskOutput:
-        return runner.run(
-            proc,
-            topic,
-            partition,
-            [offsets[j] for j in at],
-            [keys[j] for j in at],
-            [values[j] for j in at],
-            [timestamps[j] for j in at],
-            emit_time_ms,
-        )
+        return runner.run(proc, batch.select(at))
 
     kept: list[int] = []
     failed: list[tuple[int, BaseException]] = []
     proc, source = restored()
+    offsets = batch.offsets
     for j in range(len(offsets)):
         try:
             run(proc, [j])
@@ -341,7 +395,7 @@ def run_isolating(
             source.release()
             if cfg.processing_exception_handler == "fail":
                 raise ProcessingFailure(
-                    f"processing the record at offset {offsets[j]} of {topic}-{partition} raised "
+                    f"processing the record at offset {offsets[j]} of {batch.task} raised "
                     f"{type(e).__name__}: {e} (processing_exception_handler=fail; with continue it goes to the "
                     f"dead-letter topic {cfg.dead_letter_topic} with error processing-error)"
                 ) from e
@@ -355,12 +409,11 @@ def run_isolating(
     if not failed:
         raise exc
     logger.warning(
-        "%d of %d records of %s-%d raised while processed (first: offset %d, %s: %s); dead-lettered "
+        "%d of %d records of %s raised while processed (first: offset %d, %s: %s); dead-lettered "
         "with error processing-error (processing_exception_handler=continue)",
         len(failed),
         len(offsets),
-        topic,
-        partition,
+        batch.task,
         offsets[failed[0][0]],
         type(failed[0][1]).__name__,
         failed[0][1],
@@ -369,25 +422,19 @@ def run_isolating(
     out = run(proc, kept)
     for j, err in failed:
         cls = type(err)
-        out.add(
-            "dlq",
+        _dead_letter(
+            out,
             cfg.dead_letter_topic,
-            keys[j],
-            values[j],
-            dead_letter_headers(
-                "processing-error",
-                f"{cls.__name__}: {err}",
-                topic,
-                partition,
-                offsets[j],
-                timestamps[j],
-                exception=f"{cls.__module__}.{cls.__qualname__}",
-                stacktrace="".join(traceback.format_exception(cls, err, err.__traceback__)),
-            ),
+            batch,
+            j,
+            "processing-error",
+            f"{cls.__name__}: {err}",
+            exception=f"{cls.__module__}.{cls.__qualname__}",
+            stacktrace="".join(traceback.format_exception(cls, err, err.__traceback__)),
         )
     s = out.stats
-    s["records"] = len(offsets)
-    s["max_offset"] = int(offsets[-1])
+    s["records"] = len(batch)
+    s["max_offset"] = batch.end - 1
     s["dead_lettered"] += len(failed)
     s[dead_letter_stat("processing-error")] += len(failed)
     return proc, source, out

@@ -40,8 +40,9 @@ class TaskState:
     * the **task record**: ``(meta, token, buckets)`` - the processor's task meta (``export_meta``), a token that
       changes with every write (validates worker-side caches), and the number of key buckets (fixed per task);
     * **buckets**: the aggregation keys' window blobs (``export_keys``), grouped into ``buckets`` buckets by a
-      stable hash of the key, one state entry per bucket. A state call is a JVM round trip (DESIGN.md), so a
-      micro-batch that touches many keys costs ``buckets`` calls at most instead of one per key.
+      stable hash of the key, one state entry per bucket. A state call is a JVM round trip (service/README.md,
+      "How it runs on Spark"), so a micro-batch that touches many keys costs ``buckets`` calls at most instead of
+      one per key.
     * **log entries** (negative bucket numbers: :func:`log_slot`): the buckets and the meta are a *snapshot*,
       written every ``state_snapshot_every``-th batch; each batch in between writes only its decoded input
       records as the next log entry (kilobytes, where a snapshot rewrites every window of every key touched -

@@ -45,13 +45,13 @@ import logging
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
 from service.task.config import TaskConfig
-from service.task.runner import TaskOutput
+from service.task.runner import TaskBatch, TaskOutput
 from service.task.state import TaskState
 from service.worker.cache import CACHE_MAX_TASKS, drop_cached, worker_busy
 
@@ -62,10 +62,8 @@ logger = logging.getLogger(__name__)
 #: abstract Unix socket names are a Linux feature
 SUPPORTED = sys.platform.startswith("linux")
 
-#: runs one task batch in this worker: ``(config, state, topic, partition, offsets, keys, values, timestamps)``
-RunBatch = Callable[
-    [TaskConfig, TaskState, str, int, Sequence[int], Sequence[Any], Sequence[Any], Sequence[Any]], TaskOutput
-]
+#: runs one task batch in this worker (:func:`service.worker.run.run_batch`)
+RunBatch = Callable[[TaskConfig, TaskState, TaskBatch], TaskOutput]
 
 _WRITES = frozenset({"set_task", "put_bucket", "delete_bucket"})
 _CALLS = _WRITES | {"get_task", "get_bucket"}
@@ -94,33 +92,22 @@ def _count(config: TaskConfig) -> int:  # the caller holds _lock
     return sum(1 for _l, c, *_x in _owned.values() if c == config)
 
 
-def run(
-    fn: RunBatch,
-    config: TaskConfig,
-    state: TaskState,
-    topic: str,
-    partition: int,
-    offsets: Sequence[int],
-    keys: Sequence[Any],
-    values: Sequence[Any],
-    timestamps: Sequence[Any],
-) -> tuple[TaskOutput, bool]:
+def run(fn: RunBatch, config: TaskConfig, state: TaskState, batch: TaskBatch) -> tuple[TaskOutput, bool]:
     """Run a task batch where its processor is: here when this worker owns the task (or nobody does: then this
     worker becomes its owner), else in the owner's worker. Returns the output and whether it was forwarded.
     Without owners (``config.owners`` empty, or not Linux) the batch simply runs here."""
-    batch = (offsets, keys, values, timestamps)
     if not SUPPORTED or not config.owners:
-        return fn(config, state, topic, partition, *batch), False
-    addr = address(config, topic, partition)
+        return fn(config, state, batch), False
+    addr = address(config, batch.topic, batch.partition)
     with _lock:
         mine = addr in _owned
     if not mine:
-        out = _forward(addr, config, state, topic, partition, batch)
+        out = _forward(addr, config, state, batch)
         if out is not None:
             return out, True
-    out = fn(config, state, topic, partition, *batch)
+    out = fn(config, state, batch)
     if not mine:
-        _claim(addr, config, topic, partition, fn)
+        _claim(addr, config, batch.topic, batch.partition, fn)
     return out, False
 
 
@@ -135,19 +122,17 @@ def release_all() -> None:
 
 
 # ------------------------------------------------------------------------------------------ forwarding side
-def _forward(
-    addr: str, config: TaskConfig, state: TaskState, topic: str, partition: int, batch: tuple[Any, ...]
-) -> TaskOutput | None:
+def _forward(addr: str, config: TaskConfig, state: TaskState, batch: TaskBatch) -> TaskOutput | None:
     """The owner's output for the batch, or None when this worker is to run it itself."""
+    task = batch.task
     try:
         conn = Client(addr, family="AF_UNIX", authkey=config.owners.encode())
     except (OSError, EOFError):  # nobody listens: no owner, or it is gone
         return None
     except Exception:  # e.g. an authentication failure: not our query's owner
         logger.warning(
-            "the owner socket of %s-%d did not accept this worker; running the batch here",
-            topic,
-            partition,
+            "the owner socket of %s did not accept this worker; running the batch here",
+            task,
             exc_info=True,
         )
         return None
@@ -161,7 +146,7 @@ def _forward(
                 if kind == "call":
                     name, args = msg[1], msg[2]
                     if name not in _CALLS:
-                        raise RuntimeError(f"the owner of {topic}-{partition} asked for an unknown state call {name!r}")
+                        raise RuntimeError(f"the owner of {task} asked for an unknown state call {name!r}")
                     wrote = wrote or name in _WRITES
                     try:
                         result = getattr(state, name)(*args)
@@ -174,17 +159,15 @@ def _forward(
                 elif kind == "local":
                     return None
                 elif kind == "fail":
-                    raise RuntimeError(f"task {topic}-{partition} failed in the Python worker that owns it:\n{msg[1]}")
+                    raise RuntimeError(f"task {task} failed in the Python worker that owns it:\n{msg[1]}")
                 else:
-                    raise RuntimeError(f"unexpected message {kind!r} from the owner of {topic}-{partition}")
+                    raise RuntimeError(f"unexpected message {kind!r} from the owner of {task}")
         except (OSError, EOFError) as e:
             if wrote:
                 raise RuntimeError(
-                    f"lost the owner of {topic}-{partition} after it wrote state; the batch fails and Spark retries it"
+                    f"lost the owner of {task} after it wrote state; the batch fails and Spark retries it"
                 ) from e
-            logger.warning(
-                "lost the owner of %s-%d before it wrote state (%s); running the batch here", topic, partition, e
-            )
+            logger.warning("lost the owner of %s before it wrote state (%s); running the batch here", task, e)
             return None
 
 
@@ -243,9 +226,9 @@ def _handle(addr: str, listener: Listener, conn: Connection) -> None:
             )
         conn.send(("local",))
         return
-    _listener, config, topic, partition, fn = entry
+    _listener, config, _topic, _partition, fn = entry
     try:
-        out = fn(config, _RemoteState(conn), topic, partition, *batch)
+        out = fn(config, _RemoteState(conn), batch)
     except _PeerGone:
         raise
     except Exception:  # reported to the forwarding worker, which fails its task with it

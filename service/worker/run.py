@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 from connectors.producer import producer_for
-from service.task import batch
+from service.task import batch as task_batch
 from service.task.config import TaskConfig
-from service.task.runner import TaskOutput, TaskRunner
+from service.task.runner import TaskBatch, TaskOutput, TaskRunner
 from service.task.state import TaskState
 from service.task.stats import REPLAY_ZEROED
 from service.worker.cache import WORKER, WorkerCache
@@ -26,13 +25,7 @@ logger = logging.getLogger(__name__)
 def process_task_batch(
     runner: TaskRunner,
     state: TaskState,
-    topic: str,
-    partition: int,
-    offsets: Sequence[int],
-    keys: Sequence[bytes | None],
-    values: Sequence[bytes | None],
-    timestamps: Sequence[int | None],
-    emit_time_ms: int | None = None,
+    batch: TaskBatch,
     on_output: Callable[[TaskOutput], None] | None = None,
     cache: WorkerCache | None = None,
 ) -> TaskOutput:
@@ -40,9 +33,7 @@ def process_task_batch(
     given) under its lock."""
     cache = WORKER if cache is None else cache
     with cache.turn():
-        return batch.process_task_batch(
-            runner, state, topic, partition, offsets, keys, values, timestamps, emit_time_ms, on_output, cache
-        )
+        return task_batch.process_task_batch(runner, state, batch, on_output, cache)
 
 
 _RUNNERS: dict[TaskConfig, TaskRunner] = {}
@@ -55,56 +46,24 @@ def _runner(config: TaskConfig) -> TaskRunner:
     return r
 
 
-def run_batch(
-    config: TaskConfig,
-    state: TaskState,
-    topic: str,
-    partition: int,
-    offsets: Sequence[int],
-    keys: Sequence[Any],
-    values: Sequence[Any],
-    timestamps: Sequence[Any],
-) -> TaskOutput:
+def run_batch(config: TaskConfig, state: TaskState, batch: TaskBatch) -> TaskOutput:
     """One task batch in this Python worker (:func:`process_task_batch`); with the direct
     sink its rows are produced here and acknowledged before it returns (a failure fails the batch)."""
     if config.processing_guarantee == "exactly_once":
-        return run_batch_exactly_once(config, state, topic, partition, offsets, keys, values, timestamps)
-    producer = producer_for(dict(config.producer), config.batch_produce) if config.sink == "direct" else None
-
-    def send(o: TaskOutput) -> None:
-        producer.send(o.topic, o.key, o.value, o.headers)  # type: ignore[union-attr]
-        producer.send_rows(o.changelog_topic, o.changelog_keys, o.changelog_values)  # type: ignore[union-attr]
-
-    out = process_task_batch(
-        _runner(config),
-        state,
-        topic,
-        partition,
-        offsets,
-        keys,
-        values,
-        timestamps,
-        # direct sink: the rows are handed to the producer before the state is written ...
-        on_output=None if producer is None else send,
-    )
-    if producer is not None:
-        # ... and acknowledged before this task's micro-batch can complete
-        t0 = time.perf_counter_ns()
-        producer.wait()
-        out.stats["produce_ns"] += time.perf_counter_ns() - t0
+        return run_batch_exactly_once(config, state, batch)
+    if config.sink != "direct":
+        return process_task_batch(_runner(config), state, batch)
+    producer = producer_for(dict(config.producer), config.batch_produce)
+    # direct sink: the rows are handed to the producer before the state is written ...
+    out = process_task_batch(_runner(config), state, batch, on_output=lambda o: o.send_to(producer))
+    # ... and acknowledged before this task's micro-batch can complete
+    t0 = time.perf_counter_ns()
+    producer.wait()
+    out.stats["produce_ns"] += time.perf_counter_ns() - t0
     return out
 
 
-def run_batch_exactly_once(
-    config: TaskConfig,
-    state: TaskState,
-    topic: str,
-    partition: int,
-    offsets: Sequence[int],
-    keys: Sequence[Any],
-    values: Sequence[Any],
-    timestamps: Sequence[Any],
-) -> TaskOutput:
+def run_batch_exactly_once(config: TaskConfig, state: TaskState, batch: TaskBatch) -> TaskOutput:
     """One task batch in ONE Kafka transaction with its input offset (:mod:`connectors.transactions`).
 
     The batch's end (last offset + 1) already committed to the group: the batch is a replay of one whose
@@ -120,8 +79,10 @@ def run_batch_exactly_once(
 
     from connectors.transactions import ATTEMPTS, TransactionFailed, task_producer
 
-    txn = task_producer(dict(config.producer), config.application_id, topic, partition, config.batch_produce)
-    end = int(offsets[-1]) + 1
+    txn = task_producer(
+        dict(config.producer), config.application_id, batch.topic, batch.partition, config.batch_produce
+    )
+    end = batch.end
     aborted = 0
     committed: int | None = None
     for attempt in range(ATTEMPTS):
@@ -132,30 +93,28 @@ def run_batch_exactly_once(
             txn.recover(e)
             if attempt == ATTEMPTS - 1:
                 raise TransactionFailed(
-                    f"cannot read the committed offset of {topic}-{partition} in group {config.application_id}: {e}"
+                    f"cannot read the committed offset of {batch.task} in group {config.application_id}: {e}"
                 ) from e
     if committed is not None and committed >= end:
-        out = process_task_batch(_runner(config), state, topic, partition, offsets, keys, values, timestamps)
+        out = process_task_batch(_runner(config), state, batch)
         for name in REPLAY_ZEROED:
             out.stats[name] = 0
         out.stats["txn_skipped"] = 1
         return out
-    if committed is not None and committed > int(offsets[0]):
+    if committed is not None and committed > int(batch.offsets[0]):
         logger.warning(
-            "the group %s committed %s-%d at %d, inside this batch's offsets %d..%d: its output is "
+            "the group %s committed %s at %d, inside this batch's offsets %d..%d: its output is "
             "written again (was the checkpoint replaced?)",
             config.application_id,
-            topic,
-            partition,
+            batch.task,
             committed,
-            offsets[0],
+            batch.offsets[0],
             end - 1,
         )
 
     def send(o: TaskOutput) -> None:
         txn.begin()
-        txn.send(o.topic, o.key, o.value, o.headers)
-        txn.send_rows(o.changelog_topic, o.changelog_keys, o.changelog_values)
+        o.send_to(txn)
 
     failed: list[Exception] = []
 
@@ -166,9 +125,7 @@ def run_batch_exactly_once(
             failed.append(e)
             txn.recover(e)
 
-    out = process_task_batch(
-        _runner(config), state, topic, partition, offsets, keys, values, timestamps, on_output=first_send
-    )
+    out = process_task_batch(_runner(config), state, batch, on_output=first_send)
     t0 = time.perf_counter_ns()
     for attempt in range(ATTEMPTS + 1):
         try:
@@ -176,9 +133,9 @@ def run_batch_exactly_once(
                 aborted += 1
                 if attempt == ATTEMPTS:
                     raise TransactionFailed(
-                        f"the transaction of {topic}-{partition} failed {ATTEMPTS} times: {failed[-1]}"
+                        f"the transaction of {batch.task} failed {ATTEMPTS} times: {failed[-1]}"
                     ) from failed[-1]
-                logger.info("the transaction of %s-%d failed (%s); redoing it", topic, partition, failed[-1])
+                logger.info("the transaction of %s failed (%s); redoing it", batch.task, failed[-1])
                 # fenced: someone else ran this task meanwhile - did it commit this very batch?
                 covered = txn.committed()
                 if covered is not None and covered >= end:
@@ -195,7 +152,7 @@ def run_batch_exactly_once(
             failed.append(e)
             txn.recover(e)
     else:  # pragma: no cover - every path above breaks, returns or raises
-        raise TransactionFailed(f"the transaction of {topic}-{partition} did not commit")
+        raise TransactionFailed(f"the transaction of {batch.task} did not commit")
     s = out.stats
     s["txn_commit_ns"] = time.perf_counter_ns() - t0
     s["produce_ns"] += s["txn_commit_ns"]

@@ -47,6 +47,18 @@ def test_every_declared_stat_counter_is_in_the_metrics_table():
         )
 
 
+def test_the_metrics_table_is_written_from_the_declarations():
+    """The README metrics table is exactly the one the metric declarations give (service.metrics.METRIC_SPECS):
+    one row per metric, nothing more."""
+    from devtools.readme_metrics import with_table
+    from service.metrics import METRIC_SPECS, readme_table
+
+    readme = (ROOT / "README.md").read_text()
+    assert with_table(readme, readme_table()) == readme, "regenerate it: python -m devtools.readme_metrics"
+    rows = [ln for ln in section().splitlines() if ln.startswith("| `slidingwindow_")]
+    assert len(rows) == len(METRIC_SPECS)
+
+
 def test_every_panel_is_explained():
     dash = json.loads((ROOT / "deploy/grafana/dashboards/slidingwindow.json").read_text())
     text = section().lower()

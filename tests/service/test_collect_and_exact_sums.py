@@ -19,7 +19,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from connectors.output import ChangelogSpec, changelog_key_schema, changelog_value_schema
 from connectors.serde import InputSpec, aggregation_fields
 from service.task.config import TaskConfig
-from service.task.runner import TaskRunner
+from service.task.runner import TaskBatch, TaskRunner
 from service.task.state import DictTaskState
 from service.worker.cache import WORKER
 from service.worker.run import process_task_batch
@@ -74,17 +74,8 @@ def _run(fmt: str, emit: str, batch: bool, client: SchemaRegistryClient | None):
         processing_exception_handler="fail",
     )
     keys, values = _records()
-    out = process_task_batch(
-        TaskRunner(cfg),
-        DictTaskState(),
-        "in",
-        0,
-        list(range(len(values))),
-        keys,
-        values,
-        [0] * len(values),
-        emit_time_ms=5,
-    )
+    records = TaskBatch("in", 0, list(range(len(values))), keys, values, [0] * len(values), emit_time_ms=5)
+    out = process_task_batch(TaskRunner(cfg), DictTaskState(), records)
     rows = out.rows()
     assert [r for r in rows if r[0] == "dlq"] == []
     assert out.stats["aggregated"] == len(values)

@@ -217,3 +217,104 @@ def test_lag_poller_keeps_the_last_value_when_the_broker_is_unreachable():
     lag.poll_once()
     assert val("slidingwindow_consumer_lag_records", topic="lagtopic", partition="0") == 60
     assert val("slidingwindow_consumer_lag_poll_errors_total") == errors + 1
+
+
+#: every metric family as dashboards, alert rules and tests read it: (name, type, label names)
+EXPOSED = {
+    *(
+        (f"slidingwindow_{name}", "counter", ())
+        for name in (
+            "records_consumed_total",
+            "records_aggregated_total",
+            "records_dead_lettered_total",
+            "windows_created_total",
+            "windows_updated_total",
+            "skipped_windows_total",
+            "windows_expired_total",
+            "state_cache_hits_total",
+            "state_buckets_written_total",
+            "state_log_replayed_total",
+            "state_snapshots_total",
+            "task_batches_forwarded_total",
+            "processing_errors_total",
+            "records_missing_field_total",
+            "transactions_committed_total",
+            "transactions_aborted_total",
+            "transaction_commit_seconds_total",
+            "task_batches_already_committed_total",
+            "micro_batches_total",
+            "task_batches_total",
+            "consumer_lag_poll_errors_total",
+        )
+    ),
+    ("slidingwindow_records_dropped_total", "counter", ("reason",)),
+    ("slidingwindow_records_produced_total", "counter", ("kind",)),
+    ("slidingwindow_worker_seconds_total", "counter", ("phase",)),
+    ("slidingwindow_build_info", "gauge", ("version", "pyspark", "python")),
+    ("slidingwindow_config_info", "gauge", ("mode", "input_format", "changelog_format")),
+    ("slidingwindow_partition_stream_time_seconds", "gauge", ("topic", "partition")),
+    ("slidingwindow_consumer_lag_records", "gauge", ("topic", "partition")),
+    ("slidingwindow_state_store_bytes", "gauge", ("kind",)),
+    *(
+        (f"slidingwindow_{name}", "gauge", ())
+        for name in (
+            "last_progress_timestamp_seconds",
+            "stream_time_seconds",
+            "input_rows_per_second",
+            "processed_rows_per_second",
+            "max_offsets_behind_latest_records",
+            "state_windows",
+            "state_store_rows",
+        )
+    ),
+    *(
+        (f"slidingwindow_{name}", "histogram", ())
+        for name in ("record_lateness_seconds", "end_to_end_latency_seconds", "micro_batch_duration_seconds")
+    ),
+}
+
+
+def test_the_declared_metrics_are_the_exposed_ones_names_and_labels_unchanged():
+    """One declaration per metric (service.metrics.METRIC_SPECS): the names, types and labels are exactly the
+    ones dashboards, alerts and tests read, and each is in the registry."""
+    declared = {(metrics.PREFIX + s.name, s.kind, s.labels) for s in metrics.METRIC_SPECS}
+    assert declared == EXPOSED
+    assert len(metrics.METRIC_SPECS) == len(EXPOSED)  # no metric declared twice
+    text = generate_latest(REGISTRY).decode()
+    types = {ln.split()[2]: ln.split()[3] for ln in text.splitlines() if ln.startswith("# TYPE")}
+    assert {(name, kind) for name, kind, _l in EXPOSED} <= set(types.items())
+
+
+def test_every_stat_fed_series_reads_an_observed_column_and_exists_from_the_start():
+    """Each series a declaration feeds from the stats names a column the driver observes (a stat, or the count of
+    task batches); the labelled ones are exposed at 0 before the first micro-batch."""
+    from service.task.stats import STAT_METRICS, TASK_BATCHES
+
+    observed = {*STATS_FIELDS, TASK_BATCHES}
+    for spec in STAT_METRICS:
+        if spec.buckets is not None:
+            b = spec.buckets
+            assert {f"{b.prefix}{i}" for i in range(len(b.bounds) + 1)} | {b.sum} <= observed, spec.name
+        for series in spec.series:
+            assert series.stat in observed, (spec.name, series)
+    for spec in metrics.METRIC_SPECS:
+        for series in spec.series:
+            if series.labels:
+                labels = dict(zip(spec.labels, series.labels, strict=True))
+                sample = (
+                    metrics.PREFIX + spec.name.removesuffix("_total") + ("_total" if spec.kind == "counter" else "")
+                )
+                assert REGISTRY.get_sample_value(sample, labels) is not None, (sample, labels)
+    assert {s.labels[0] for s in next(m for m in STAT_METRICS if m.name == "records_dropped_total").series} == set(
+        metrics.DROP_REASONS
+    )
+
+
+def test_late_records_count_as_produced_only_with_a_late_topic():
+    def produced_late(late_topic: bool) -> float:
+        before = val("slidingwindow_records_produced_total", kind="late")
+        metrics.record_progress({"late": 4, "dead_lettered": 1}, {}, late_topic=late_topic)
+        return val("slidingwindow_records_produced_total", kind="late") - before
+
+    assert produced_late(True) == 4
+    assert produced_late(False) == 0

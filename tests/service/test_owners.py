@@ -14,7 +14,7 @@ import pytest
 from connectors.output import ChangelogSpec
 from connectors.serde import InputSpec, aggregation_fields
 from service.task.config import TaskConfig
-from service.task.runner import TaskRunner
+from service.task.runner import TaskBatch, TaskRunner
 from service.task.state import DictTaskState
 from service.worker import owners
 from service.worker.cache import WORKER
@@ -44,14 +44,12 @@ def config(key: str = "k" * 32, sink: str = "spark") -> TaskConfig:
     )
 
 
-def run_local(cfg, state, topic, partition, offsets, keys, values, timestamps):
-    """What worker.run.run_batch does, minus the producer (sink=spark: the rows travel back), emit time fixed."""
-    return process_task_batch(
-        TaskRunner(cfg), state, topic, partition, offsets, keys, values, timestamps, emit_time_ms=5
-    )
+def run_local(cfg, state, batch):
+    """What worker.run.run_batch does, minus the producer (sink=spark: the rows travel back)."""
+    return process_task_batch(TaskRunner(cfg), state, batch)
 
 
-def failing(cfg, state, topic, partition, *batch):
+def failing(cfg, state, batch):
     state.get_task()
     raise ValueError("the owner's batch broke")
 
@@ -72,6 +70,11 @@ def slices(n_batches: int = 6, per: int = 150):
     return out
 
 
+def task(partition, records) -> TaskBatch:
+    """One of :func:`slices` as the batch of ``partition``, emit time fixed."""
+    return TaskBatch(TOPIC, partition, *records, emit_time_ms=5)
+
+
 def rows(out):
     return [(kind, topic, key, value, repr(h)) for kind, topic, key, value, h in out.rows()]
 
@@ -80,7 +83,7 @@ def reference(batches):
     """The rows of every batch run by one worker, no owners (its own config: its own cache entry)."""
     cfg = config(key="")
     state = DictTaskState()
-    return [rows(process_task_batch(TaskRunner(cfg), state, TOPIC, 0, *b, emit_time_ms=5)) for b in batches]
+    return [rows(process_task_batch(TaskRunner(cfg), state, task(0, b))) for b in batches]
 
 
 def _child(conn, cfg, jobs):
@@ -89,7 +92,7 @@ def _child(conn, cfg, jobs):
     for state_blob, partition, b in jobs:
         state = pickle.loads(state_blob)
         try:
-            out, forwarded = owners.run(run_local, cfg, state, TOPIC, partition, *b)
+            out, forwarded = owners.run(run_local, cfg, state, task(partition, b))
             results.append(("ok", rows(out), forwarded, out.stats["state_cache_hit"], pickle.dumps(state)))
         except Exception as e:  # reported to the test
             results.append(("error", str(e)))
@@ -124,7 +127,7 @@ def test_a_forwarded_batch_runs_on_the_owners_cached_processor_with_identical_ou
     cfg = config()
     state = DictTaskState()
     for i in (0, 1):  # this worker runs the first batches: it owns the task
-        out, forwarded = owners.run(run_local, cfg, state, TOPIC, 0, *batches[i])
+        out, forwarded = owners.run(run_local, cfg, state, task(0, batches[i]))
         assert not forwarded and rows(out) == expected[i]
     assert owners.owned(cfg) == 1
     # Spark hands the next batches to the other worker: they run here (a cache hit), writing the child's state
@@ -134,7 +137,7 @@ def test_a_forwarded_batch_runs_on_the_owners_cached_processor_with_identical_ou
     assert got == expected[2]
     state = pickle.loads(state_blob)  # the child's state handle got the owner's writes (a snapshot batch: 3rd)
     for i in (3, 4):
-        out, forwarded = owners.run(run_local, cfg, state, TOPIC, 0, *batches[i])
+        out, forwarded = owners.run(run_local, cfg, state, task(0, batches[i]))
         assert not forwarded and out.stats["state_cache_hit"] == 1 and rows(out) == expected[i]
     results = in_child(cfg, [(pickle.dumps(state), 0, batches[5])])
     assert results[0][0] == "ok" and results[0][1] == expected[5] and results[0][2]
@@ -145,7 +148,7 @@ def test_without_a_live_owner_the_worker_runs_the_batch_and_becomes_the_owner():
     expected = reference(batches)
     cfg = config()
     state = DictTaskState()
-    owners.run(run_local, cfg, state, TOPIC, 0, *batches[0])
+    owners.run(run_local, cfg, state, task(0, batches[0]))
     owners.release_all()  # this worker's process "is gone": its socket is closed, its cache dropped
     results = in_child(cfg, [(pickle.dumps(state), 0, batches[1])])
     kind, got, forwarded, hit, _ = results[0]
@@ -157,7 +160,7 @@ def test_an_error_in_the_owner_fails_the_forwarding_workers_batch_with_its_messa
     batches = slices(2)
     cfg = config()
     state = DictTaskState()
-    owners.run(run_local, cfg, state, TOPIC, 0, *batches[0])
+    owners.run(run_local, cfg, state, task(0, batches[0]))
     # the owner's run function is the one it claimed with; make it fail for the next batch
     addr = owners.address(cfg, TOPIC, 0)
     listener, c, t, p, _fn = owners._owned[addr]
@@ -173,7 +176,7 @@ def test_a_busy_owner_of_many_tasks_gives_one_up(monkeypatch):
     states = {}
     for part in (0, 1, 2):  # this worker owns three tasks, the child none
         states[part] = DictTaskState()
-        owners.run(run_local, cfg, states[part], TOPIC, part, *batches[0])
+        owners.run(run_local, cfg, states[part], task(part, batches[0]))
     assert owners.owned(cfg) == 3
     monkeypatch.setattr(owners, "worker_busy", lambda: True)  # running another batch right now
     results = in_child(cfg, [(pickle.dumps(states[1]), 1, batches[1])])
@@ -185,11 +188,11 @@ def test_a_busy_owner_of_many_tasks_gives_one_up(monkeypatch):
 
 def test_a_stranger_cannot_talk_to_an_owner():
     cfg = config()
-    owners.run(run_local, cfg, DictTaskState(), TOPIC, 0, *slices(1)[0])
+    owners.run(run_local, cfg, DictTaskState(), task(0, slices(1)[0]))
     other = config(key="x" * 32)
     # same socket name, wrong key: the connection is refused before anything is unpickled
     addr = owners.address(cfg, TOPIC, 0)
-    assert owners._forward(addr, other, DictTaskState(), TOPIC, 0, slices(1)[0]) is None
+    assert owners._forward(addr, other, DictTaskState(), task(0, slices(1)[0])) is None
     s = socket.socket(socket.AF_UNIX)
     s.connect(addr)
     s.sendall(b"\x00\x00\x00\x05hello")  # garbage instead of the handshake: the owner keeps serving

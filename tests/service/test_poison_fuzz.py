@@ -20,7 +20,7 @@ from connectors.schema_registry import SchemaRegistry
 from connectors.serde import MAX_TIMESTAMP_MS, InputSpec, aggregation_fields
 from service.metrics import DEAD_LETTER_REASONS
 from service.task.config import TaskConfig
-from service.task.runner import TaskRunner
+from service.task.runner import TaskBatch, TaskRunner
 from service.task.state import DictTaskState
 from service.worker.cache import WORKER
 from service.worker.run import process_task_batch
@@ -111,7 +111,7 @@ def _check_one_batch(cfg: TaskConfig, keys, values, stamps, registry=None) -> No
     runner = TaskRunner(cfg, registry=registry)
     n = len(values)
     offsets = list(range(100, 100 + n))
-    out = process_task_batch(runner, DictTaskState(), "in", 0, offsets, keys, values, stamps, emit_time_ms=5)
+    out = process_task_batch(runner, DictTaskState(), TaskBatch("in", 0, offsets, keys, values, stamps, emit_time_ms=5))
     rows = out.rows()
     dlq = [dict(h) for kind, _t, _k, _v, h in rows if kind == "dlq"]
     late = [int(dict(h)["offset"]) for kind, _t, _k, _v, h in rows if kind == "late"]

@@ -18,7 +18,7 @@ from connectors.serde import Decoded, InputSpec, aggregation_fields
 from service.task import batch as task_batch
 from service.task import state as task_state
 from service.task.config import TaskConfig
-from service.task.runner import TaskRunner
+from service.task.runner import TaskBatch, TaskRunner
 from service.task.state import DictTaskState, TaskState, decode_bucket, encode_bucket
 from service.worker.cache import WorkerCache
 from tests.service.events import changelog_final, payment_events, replay
@@ -85,17 +85,31 @@ class BatchView(TaskState):
 _worker = [WorkerCache()]
 
 
-def process_task_batch(runner, state, *args, **kw):
+def process_task_batch(runner, state, records, **kw):
     """A task batch in the Python worker the test's batches run on now (``_worker``)."""
-    return worker_run.process_task_batch(runner, state, *args, cache=_worker[0], **kw)
+    return worker_run.process_task_batch(runner, state, records, cache=_worker[0], **kw)
 
 
-def batch(runner, state, *args, process=process_task_batch, **kw):
+def batch(runner, state, records, process=process_task_batch, **kw):
     view = BatchView(state)
     try:
-        return process(runner, view, *args, **kw)
+        return process(runner, view, records, **kw)
     finally:
         view.open = False
+
+
+def task_records(partition, chunk, first_offset) -> TaskBatch:
+    """The events ``chunk`` as the micro-batch of partition ``partition`` (offsets from ``first_offset``), emit
+    time 5."""
+    return TaskBatch(
+        "in",
+        partition,
+        list(range(first_offset, first_offset + len(chunk))),
+        [e.key for e in chunk],
+        [e.value for e in chunk],
+        [e.timestamp for e in chunk],
+        emit_time_ms=5,
+    )
 
 
 def run_slice(runner, state, partition, events, lo, hi, cache=None, process=None):
@@ -103,18 +117,10 @@ def run_slice(runner, state, partition, events, lo, hi, cache=None, process=None
     worker cache it runs on (sets ``_worker``; a new one for each test)."""
     if cache is not None:
         _worker[0] = cache
-    chunk = events[lo:hi]
-    args = (
-        "in",
-        partition,
-        list(range(lo, lo + len(chunk))),
-        [e.key for e in chunk],
-        [e.value for e in chunk],
-        [e.timestamp for e in chunk],
-    )
+    records = task_records(partition, events[lo:hi], lo)
     if process is not None:
-        return process(runner, state, *args, emit_time_ms=5)
-    return batch(runner, state, *args, emit_time_ms=5)
+        return process(runner, state, records)
+    return batch(runner, state, records)
 
 
 @pytest.fixture(autouse=True)
@@ -160,26 +166,18 @@ def _run_in_batches(cfg: TaskConfig, events, seed, fail_every, states, process):
         n = 0
         while i < len(evs):
             j = min(len(evs), i + rnd.randint(1, 300))
-            chunk = evs[i:j]
-            args = (
-                "in",
-                p,
-                list(range(i, j)),
-                [e.key for e in chunk],
-                [e.value for e in chunk],
-                [e.timestamp for e in chunk],
-            )
+            records = task_records(p, evs[i:j], i)
             n += 1
             if fail_every and n % fail_every == 0:
                 saved = copy.deepcopy((state.task, state.buckets))
-                first = batch(runner, state, *args, emit_time_ms=5, process=process)
+                first = batch(runner, state, records, process=process)
                 state.task, state.buckets = saved  # the batch never committed
-                out = batch(runner, state, *args, emit_time_ms=5, process=process)
+                out = batch(runner, state, records, process=process)
                 assert out.rows() == first.rows()
                 if process is process_task_batch:  # one worker: its entry was taken by the failed attempt
                     assert out.stats["state_cache_hit"] == 0  # the stale cache entry was not used
             else:
-                out = batch(runner, state, *args, emit_time_ms=5, process=process)
+                out = batch(runner, state, records, process=process)
             for kind, _topic, key, value, headers in out.rows():
                 rows[kind].append((p, key, value, dict(headers or [])))
             totals["batches"] += 1
@@ -334,7 +332,7 @@ def test_state_calls_are_bounded_by_buckets():
 
 
 def test_checkpoint_balance_tasks_is_fixed_at_creation(tmp_path):
-    from service.spark.job import LAYOUT_FILE, checkpoint_balance_tasks, checkpoint_state_partitions
+    from service.checkpoint_access import LAYOUT_FILE, checkpoint_balance_tasks, checkpoint_state_partitions
 
     new = tmp_path / "new"
     assert checkpoint_balance_tasks(str(new), True) is True
@@ -523,17 +521,8 @@ def test_a_field_most_records_lack_is_one_warning_naming_it_and_counted(caplog):
     n = 6
     values = [json.dumps({"amount": i + 1, "note": "x"}).encode() for i in range(n)]
     with caplog.at_level("WARNING", logger="service.task.runner"):
-        out = process_task_batch(
-            TaskRunner(cfg),
-            DictTaskState(),
-            "in",
-            0,
-            list(range(n)),
-            [b"k"] * n,
-            values,
-            [1000 + 10 * i for i in range(n)],
-            emit_time_ms=5,
-        )
+        records = TaskBatch("in", 0, list(range(n)), [b"k"] * n, values, [1000 + 10 * i for i in range(n)], 5)
+        out = process_task_batch(TaskRunner(cfg), DictTaskState(), records)
     warnings = [r for r in caplog.records if r.levelname == "WARNING" and "'amout'" in r.getMessage()]
     assert len(warnings) == 1, [r.getMessage() for r in caplog.records]
     assert f"{n} of {n} records of in-0" in warnings[0].getMessage() and "typo" in warnings[0].getMessage()

@@ -12,10 +12,10 @@ import pytest
 from connectors.output import KIP1034_HEADERS, ChangelogSpec
 from connectors.serde import InputSpec, aggregation_fields
 from service.driver import failure_line
-from service.metrics import dead_letter_stat
 from service.task.config import TaskConfig
-from service.task.runner import ProcessingFailure, TaskRunner
+from service.task.runner import ProcessingFailure, TaskBatch, TaskRunner
 from service.task.state import DictTaskState
+from service.task.stats import dead_letter_stat
 from service.worker.cache import WORKER
 from service.worker.run import process_task_batch
 from windowstore import aggregations
@@ -65,17 +65,9 @@ def records(amounts, t0=1000):
 
 def run(cfg, state, recs, first_offset=0):
     runner = TaskRunner(cfg)
-    return process_task_batch(
-        runner,
-        state,
-        "in",
-        0,
-        list(range(first_offset, first_offset + len(recs))),
-        [r[0] for r in recs],
-        [r[1] for r in recs],
-        [r[2] for r in recs],
-        emit_time_ms=5,
-    )
+    offsets = list(range(first_offset, first_offset + len(recs)))
+    records = TaskBatch("in", 0, offsets, [r[0] for r in recs], [r[1] for r in recs], [r[2] for r in recs], 5)
+    return process_task_batch(runner, state, records)
 
 
 def changelog(out):
@@ -122,7 +114,7 @@ def test_a_batch_failure_that_no_record_causes_alone_is_raised_again(monkeypatch
     calls = []
 
     def failing_once(self, *args, **kw):  # the whole batch fails once (e.g. a worker hiccup), no record does
-        calls.append(len(args[3]))
+        calls.append(len(args[1]))  # (proc, batch)
         if len(calls) == 1:
             raise OSError("disk full")
         return real(self, *args, **kw)

@@ -33,7 +33,7 @@ def _env(tls, **extra: str) -> dict[str, str]:
 
 def test_one_settings_set_configures_every_client(tls) -> None:
     from service.driver import task_config
-    from service.spark.job import _kafka_options
+    from service.spark_kafka_options import kafka_options
 
     s = load(
         [], environ=_env(tls, schema_registry_url="https://registry:8081", schema_registry_basic_auth="sr-user:sr-pass")
@@ -42,7 +42,7 @@ def test_one_settings_set_configures_every_client(tls) -> None:
     admin = s.kafka_client_config()  # admin client, lag probe
     assert admin["security.protocol"] == "SASL_SSL" and admin["sasl.username"] == "svc"
     assert admin["sasl.password"] == PASSWORD and admin["ssl.ca.location"] == str(tls.ca)
-    spark = _kafka_options(s)  # Spark's Kafka source and sink
+    spark = kafka_options(s)  # Spark's Kafka source and sink
     assert spark["kafka.security.protocol"] == "SASL_SSL" and spark["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
     assert spark["kafka.sasl.jaas.config"] == jaas_config("SCRAM-SHA-512", "svc", PASSWORD)
     assert spark["kafka.ssl.truststore.type"] == "PEM"
