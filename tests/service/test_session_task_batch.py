@@ -15,7 +15,7 @@ from connectors.output import ChangelogEncoder, ChangelogSpec
 from connectors.serde import InputSpec, aggregation_fields
 from service.task.batch import CachedTask, TaskKey, process_task_batch
 from service.task.config import TaskConfig
-from service.task.runner import TaskRunner
+from service.task.runner import TaskBatch, TaskRunner
 from service.task.state import BucketSource, DictTaskState, Token, read_log
 from windowstore import SessionWindowProcessor, SessionWindows, is_tombstone, parse_aggregations
 
@@ -98,7 +98,9 @@ def test_session_processor_through_the_task_path() -> None:
         timestamps = [BASE + t for _k, _v, t in batch]
         offsets = list(range(offset, offset + len(batch)))
         offset += len(batch)
-        out = process_task_batch(runner, state, "in", 0, offsets, keys, values, timestamps, EMIT_TIME, cache=cache)
+        out = process_task_batch(
+            runner, state, TaskBatch("in", 0, offsets, keys, values, timestamps, EMIT_TIME), cache=cache
+        )
         assert cache.entries[task].proc is proc  # the session processor ran the batch
 
         for k, v, t in batch:
