@@ -1,14 +1,32 @@
-"""Can this process write its checkpoint folder? Asked once at start, so that a folder it cannot write (a host
-folder bind-mounted into the container, owned by root, while the service runs as uid 10001) stops the service with
-one line saying what to do, instead of a ``PermissionError`` traceback from deep inside the first write."""
+"""What the service checks of its checkpoint folder at start, each a one-line refusal instead of a traceback later:
+
+* can this process write it (:func:`checkpoint_dir_problem`)? A host folder bind-mounted into the container, owned
+  by root, while the service runs as uid 10001, would otherwise fail deep inside the first write;
+* was its state written with the same window definition (:func:`checkpoint_window_problem`)? The checkpoint's
+  :data:`LAYOUT_FILE` records the window type and sizes; windows of another definition cannot continue it.
+
+The layout file holds what a checkpoint was created with and must keep (:func:`read_layout` / :func:`record_layout`;
+``service.spark.job`` records ``balance_tasks`` there too)."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
-__all__ = ["checkpoint_dir_problem"]
+__all__ = [
+    "LAYOUT_FILE",
+    "checkpoint_dir_problem",
+    "checkpoint_window_problem",
+    "has_batches",
+    "read_layout",
+    "record_layout",
+]
+
+#: what a checkpoint was created with, as JSON in the checkpoint folder: ``balance_tasks``, ``window``
+LAYOUT_FILE = "slidingwindow-layout.json"
 
 
 def _owner(path: Path) -> str:
@@ -23,9 +41,9 @@ def checkpoint_dir_problem(checkpoint_dir: str) -> str | None:
     """``None`` if ``checkpoint_dir`` exists (or can be created) and this process can create files in it; otherwise
     one line naming the folder, who owns it, who we are, and the two ways out. Remote URIs (``hdfs://``, ``s3a://``)
     are not checked here (Spark reports their errors)."""
-    if "://" in checkpoint_dir and not checkpoint_dir.startswith("file:"):
+    path = _local(checkpoint_dir)
+    if path is None:
         return None
-    path = Path(checkpoint_dir.removeprefix("file://").removeprefix("file:"))
     uid = os.getuid() if hasattr(os, "getuid") else -1
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -38,4 +56,54 @@ def checkpoint_dir_problem(checkpoint_dir: str) -> str | None:
             f"{e.strerror or e}): make it writable for uid {uid} (e.g. chown -R {uid} on the host folder) or "
             f"run as its owner (docker run --user), setting checkpoint_dir / SLIDINGWINDOW_CHECKPOINT_DIR"
         )
+    return None
+
+
+def _local(checkpoint_dir: str) -> Path | None:
+    """The folder of a checkpoint on the local file system, ``None`` for a remote URI (not checked here)."""
+    if "://" in checkpoint_dir and not checkpoint_dir.startswith("file:"):
+        return None
+    return Path(checkpoint_dir.removeprefix("file://").removeprefix("file:"))
+
+
+def read_layout(checkpoint_dir: Path) -> dict[str, Any]:
+    """The checkpoint's recorded layout (empty when nothing is recorded)."""
+    marker = checkpoint_dir / LAYOUT_FILE
+    return json.loads(marker.read_text()) if marker.exists() else {}
+
+
+def record_layout(checkpoint_dir: Path, **entries: Any) -> None:
+    """Add ``entries`` to the checkpoint's layout, keeping what is recorded already under other names."""
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    layout = {**read_layout(checkpoint_dir), **entries}
+    (checkpoint_dir / LAYOUT_FILE).write_text(json.dumps(layout, sort_keys=True))
+
+
+def has_batches(checkpoint_dir: Path) -> bool:
+    """Whether the checkpoint has started a micro-batch (state may exist)."""
+    return any((checkpoint_dir / "offsets").glob("[0-9]*"))
+
+
+def checkpoint_window_problem(checkpoint_dir: str, window: dict[str, Any], describe: Any = str) -> str | None:
+    """``None`` when this run's window definition ``window`` (``WindowDefinition.identity()``) may use the
+    checkpoint - recording it there when none is recorded or no batch has run yet - else one line naming both
+    definitions. A checkpoint with batches but no record was written before window types existed: sliding
+    windows (of a time difference not recorded, so any is accepted, then recorded). ``describe`` phrases an
+    identity. A remote checkpoint (``scheme://``) is not checked."""
+    root = _local(checkpoint_dir)
+    if root is None:
+        return None
+    recorded = read_layout(root).get("window")
+    if recorded is None and has_batches(root):
+        recorded = {"type": "sliding"}
+        if window.get("type") == "sliding":
+            recorded = None  # the sizes were not recorded: take this run's
+    if recorded is not None and recorded != window and has_batches(root):
+        return (
+            f"the checkpoint {root} holds state of {describe(recorded)} windows; this run asks for "
+            f"{describe(window)} windows, which cannot continue it: use a new checkpoint_dir, or the window "
+            "settings it was written with"
+        )
+    if recorded != window:
+        record_layout(root, window=window)
     return None

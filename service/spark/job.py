@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from connectors.producer import PRODUCER_DEFAULTS
+from service.checkpoint_access import has_batches, read_layout, record_layout
 from service.spark import compat
 from service.task.config import TaskConfig
 from service.task.runner import TaskOutput
@@ -341,27 +342,23 @@ def checkpoint_state_partitions(checkpoint_dir: str) -> int | None:
     return None
 
 
-LAYOUT_FILE = "slidingwindow-layout.json"
-
-
 def checkpoint_balance_tasks(checkpoint_dir: str, balance_tasks: bool) -> bool:
     """Whether the query's state key has the ``slot`` (:func:`task_slot`): what the checkpoint was created with
-    (recorded in :data:`LAYOUT_FILE`; a checkpoint with batches but no such file predates the slot: no slot), else
-    ``balance_tasks``, recorded now. A checkpoint on a remote file system (``scheme://``) takes the setting."""
-    import json
+    (recorded in its :data:`~service.checkpoint_access.LAYOUT_FILE`; a checkpoint with batches but no record
+    predates the slot: no slot), else ``balance_tasks``, recorded now. A checkpoint on a remote file system
+    (``scheme://``) takes the setting."""
     from pathlib import Path
 
     if "://" in checkpoint_dir:
         return balance_tasks
     root = Path(checkpoint_dir)
-    marker = root / LAYOUT_FILE
-    if marker.exists():
-        recorded = bool(json.loads(marker.read_text())["balance_tasks"])
-    elif any((root / "offsets").glob("[0-9]*")):
+    layout = read_layout(root)
+    if "balance_tasks" in layout:
+        recorded = bool(layout["balance_tasks"])
+    elif has_batches(root):
         recorded = False
     else:
-        root.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps({"balance_tasks": balance_tasks}))
+        record_layout(root, balance_tasks=balance_tasks)
         return balance_tasks
     if recorded != balance_tasks:
         logger.warning(
