@@ -42,6 +42,7 @@ def measure(fill: int, batches: int) -> dict[str, float]:
         from service.task.runner import TaskRunner
         from service.task.state import DictTaskState
         from service.worker.run import process_task_batch
+        from windowstore import WindowDefinition
     except ImportError:  # a tree from before the split of service/ (issue 30), for --against
         from service.processing import DictTaskState, TaskConfig, TaskRunner, process_task_batch  # type: ignore
     try:
@@ -51,8 +52,7 @@ def measure(fill: int, batches: int) -> dict[str, float]:
     from windowstore import SlidingWindowProcessor
 
     cfg = TaskConfig(
-        60_000,
-        10_000,
+        WindowDefinition("sliding", 60_000, grace_ms=10_000),
         AGGS,
         "update",
         InputSpec(fields=aggregation_fields(AGGS)),

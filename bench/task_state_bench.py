@@ -35,6 +35,7 @@ from service.task.runner import TaskBatch, TaskRunner
 from service.task.state import DictTaskState
 from service.worker.cache import WorkerCache
 from service.worker.run import process_task_batch
+from windowstore import WindowDefinition
 
 AGGS = "count,sum:amount,max:amount,max:sent"
 
@@ -49,8 +50,7 @@ def run(
     snapshot_every: int,
 ) -> dict:
     cfg = TaskConfig(
-        60_000,
-        10_000,
+        WindowDefinition("sliding", 60_000, grace_ms=10_000),
         AGGS,
         "update",
         InputSpec(fields=aggregation_fields(AGGS)),

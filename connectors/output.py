@@ -5,22 +5,27 @@ Changelog record (one per window update)
            ``avro``      ``{"key": string, "window_start": long, "window_end": long}`` (Schema Registry wire format,
                          subject ``<topic>-key``)
            ``json``      ``{"key":"acct-1","window_start":1000,"window_end":61000}`` (fixed field order, no spaces)
-           ``windowed``  Kafka Streams' ``TimeWindowedSerializer`` layout: UTF-8 key bytes + 8-byte big-endian
-                         window start (``TimeWindowedDeserializer`` with window size = time difference reads it);
-                         session windows: ``SessionWindowedSerializer``'s, UTF-8 key bytes + 8-byte big-endian
-                         session end + 8-byte big-endian session start (``SessionKeySchema.toBinary``; read with
+           ``windowed``  Kafka Streams' ``TimeWindowedSerializer`` layout (``WindowKeySchema.toBinary``): UTF-8 key
+                         bytes + 8-byte big-endian window start. ``WindowedSerdes.timeWindowedSerdeFrom(String.class,
+                         size)`` reads it, with size = the time difference (sliding) or window_size (tumbling,
+                         hopping): its deserializer makes the window ``[start, start + size)``. Session windows:
+                         ``SessionWindowedSerializer``'s, UTF-8 key bytes + 8-byte big-endian session end + 8-byte
+                         big-endian session start (``SessionKeySchema.toBinary``; read with
                          ``WindowedSerdes.sessionWindowedSerdeFrom(String.class)``)
            ``string``    ``acct-1|1000|61000``
            A session's ``window_start`` / ``window_end`` are its first and last record timestamps, both inclusive.
     value  ``avro`` (subject ``<topic>-value``) or ``json``::
 
-             {"key": "acct-1", "window_start": 1000, "window_end": 61000,   # both ends inclusive (KIP-450)
+             {"key": "acct-1", "window_start": 1000, "window_end": 61000,
               "record_count": 3, "max_timestamp": 60500, "emit_time": 1732200000123,
               "aggregates": {"count": 3, "sum_amount": 4200, "max_amount": 2000}}
 
-           ``record_count`` = records folded into the window, ``max_timestamp`` = largest record timestamp in it
-           (Kafka Streams' window timestamp, R5), ``emit_time`` = wall clock (epoch ms) of the micro-batch that
-           emitted it.
+           ``window_start`` / ``window_end`` are Kafka Streams' ``Window.start()`` / ``Window.end()`` of the window
+           type: sliding windows (KIP-450) hold both ends, ``[start, start + time difference]``; tumbling and hopping
+           windows (``TimeWindow``) hold the start but not the end, ``[start, start + window_size)`` - a record at
+           exactly ``window_end`` is in the next window. ``record_count`` = records folded into the window,
+           ``max_timestamp`` = largest record timestamp in it (Kafka Streams' window timestamp, R5 / T6),
+           ``emit_time`` = wall clock (epoch ms) of the micro-batch that emitted it.
 
            Session windows: a session that a merge or an extension replaced (``windowstore.is_tombstone``: count 0)
            is a record with the session's key and a null value, a Kafka tombstone, whatever the value format - so
@@ -193,12 +198,23 @@ def changelog_key_schema() -> dict[str, Any]:
     }
 
 
-def changelog_value_schema(aggregations: str) -> dict[str, Any]:
+#: the value schema's ``doc`` per window type: what ``window_start`` and ``window_end`` mean
+_WINDOW_DOCS = {
+    "sliding": "One sliding-window update (Kafka Streams SlidingWindows, both window ends inclusive).",
+    "tumbling": "One tumbling-window update (Kafka Streams TimeWindows): window_start inclusive, window_end exclusive.",
+    "hopping": "One hopping-window update (Kafka Streams TimeWindows): window_start inclusive, window_end exclusive.",
+    "session": "One session-window update (Kafka Streams SessionWindows, both window ends inclusive).",
+}
+
+
+def changelog_value_schema(aggregations: str, window: str = "sliding") -> dict[str, Any]:
+    """The changelog value's Avro schema for ``aggregations`` over windows of type ``window`` (its ``doc`` says
+    what the window bounds mean; the fields are the same for every type)."""
     return {
         "type": "record",
         "name": "WindowUpdate",
         "namespace": "slidingwindow",
-        "doc": "One sliding-window update (Kafka Streams SlidingWindows, both window ends inclusive).",
+        "doc": _WINDOW_DOCS[window],
         "fields": [
             {"name": "key", "type": "string"},
             {"name": "window_start", "type": "long"},
@@ -228,7 +244,7 @@ class ChangelogSpec:
     key_schema_id: int | None = None
     value_schema_id: int | None = None
     #: the window type of the updates (``sliding``, ``tumbling``, ``hopping``, ``session``): the ``windowed`` key
-    #: layout, and for ``session`` the replaced sessions' tombstones (null values)
+    #: layout, the value schema's doc, and for ``session`` the replaced sessions' tombstones (null values)
     window: str = "sliding"
 
 
@@ -252,7 +268,7 @@ class ChangelogEncoder:
         self._exact = frozenset(n for n, t in self._types if isinstance(t, list) and EXACT_INT in t)
         self._single = len(self._names) == 1
         self._key_schema = parse_schema(changelog_key_schema())
-        self._value_schema = parse_schema(changelog_value_schema(spec.aggregations))
+        self._value_schema = parse_schema(changelog_value_schema(spec.aggregations, spec.window))
         self._key_frame = frame(spec.key_schema_id) if spec.key_schema_id is not None else b""
         self._value_frame = frame(spec.value_schema_id) if spec.value_schema_id is not None else b""
 

@@ -1,13 +1,14 @@
-"""The checkpoint folder, read and checked on the driver before Spark starts the query:
+"""What the service checks of its checkpoint folder at start, each a one-line refusal instead of a traceback later:
 
-* can this process write it (:func:`checkpoint_dir_problem`)? Asked once at start, so that a folder it cannot
-  write (a host folder bind-mounted into the container, owned by root, while the service runs as uid 10001) stops
-  the service with one line saying what to do, instead of a ``PermissionError`` traceback from deep inside the
-  first write;
-* what layout was it created with: the number of state partitions Spark froze into it
-  (:func:`checkpoint_state_partitions`) and whether the state key has the task ``slot``
-  (:func:`checkpoint_balance_tasks`, recorded in :data:`LAYOUT_FILE`), which :mod:`service.spark.job` keeps.
-"""
+* can this process write it (:func:`checkpoint_dir_problem`)? A host folder bind-mounted into the container, owned
+  by root, while the service runs as uid 10001, would otherwise fail deep inside the first write;
+* was its state written with the same window definition (:func:`checkpoint_window_problem`)? The checkpoint's
+  :data:`LAYOUT_FILE` records the window type and sizes; windows of another definition cannot continue it.
+
+It also reads what the checkpoint was created with and the query must keep: the number of state partitions Spark
+froze into it (:func:`checkpoint_state_partitions`) and whether the state key has the task ``slot``
+(:func:`checkpoint_balance_tasks`). The layout file holds what a checkpoint was created with and must keep
+(:func:`read_layout` / :func:`record_layout`)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,21 @@ import logging
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
-__all__ = ["LAYOUT_FILE", "checkpoint_dir_problem", "checkpoint_state_partitions", "checkpoint_balance_tasks"]
+__all__ = [
+    "LAYOUT_FILE",
+    "checkpoint_balance_tasks",
+    "checkpoint_dir_problem",
+    "checkpoint_state_partitions",
+    "checkpoint_window_problem",
+    "has_batches",
+    "read_layout",
+    "record_layout",
+]
+
+#: what a checkpoint was created with, as JSON in the checkpoint folder: ``balance_tasks``, ``window``
+LAYOUT_FILE = "slidingwindow-layout.json"
 
 logger = logging.getLogger(__name__)
 
@@ -34,9 +48,9 @@ def checkpoint_dir_problem(checkpoint_dir: str) -> str | None:
     """``None`` if ``checkpoint_dir`` exists (or can be created) and this process can create files in it; otherwise
     one line naming the folder, who owns it, who we are, and the two ways out. Remote URIs (``hdfs://``, ``s3a://``)
     are not checked here (Spark reports their errors)."""
-    if "://" in checkpoint_dir and not checkpoint_dir.startswith("file:"):
+    path = _local(checkpoint_dir)
+    if path is None:
         return None
-    path = Path(checkpoint_dir.removeprefix("file://").removeprefix("file:"))
     uid = os.getuid() if hasattr(os, "getuid") else -1
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -50,6 +64,31 @@ def checkpoint_dir_problem(checkpoint_dir: str) -> str | None:
             f"run as its owner (docker run --user), setting checkpoint_dir / SLIDINGWINDOW_CHECKPOINT_DIR"
         )
     return None
+
+
+def _local(checkpoint_dir: str) -> Path | None:
+    """The folder of a checkpoint on the local file system, ``None`` for a remote URI (not checked here)."""
+    if "://" in checkpoint_dir and not checkpoint_dir.startswith("file:"):
+        return None
+    return Path(checkpoint_dir.removeprefix("file://").removeprefix("file:"))
+
+
+def read_layout(checkpoint_dir: Path) -> dict[str, Any]:
+    """The checkpoint's recorded layout (empty when nothing is recorded)."""
+    marker = checkpoint_dir / LAYOUT_FILE
+    return json.loads(marker.read_text()) if marker.exists() else {}
+
+
+def record_layout(checkpoint_dir: Path, **entries: Any) -> None:
+    """Add ``entries`` to the checkpoint's layout, keeping what is recorded already under other names."""
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    layout = {**read_layout(checkpoint_dir), **entries}
+    (checkpoint_dir / LAYOUT_FILE).write_text(json.dumps(layout, sort_keys=True))
+
+
+def has_batches(checkpoint_dir: Path) -> bool:
+    """Whether the checkpoint has started a micro-batch (state may exist)."""
+    return any((checkpoint_dir / "offsets").glob("[0-9]*"))
 
 
 def checkpoint_state_partitions(checkpoint_dir: str) -> int | None:
@@ -69,29 +108,49 @@ def checkpoint_state_partitions(checkpoint_dir: str) -> int | None:
     return None
 
 
-#: the file in the checkpoint folder that records the state key's layout (``{"balance_tasks": ...}``)
-LAYOUT_FILE = "slidingwindow-layout.json"
-
-
 def checkpoint_balance_tasks(checkpoint_dir: str, balance_tasks: bool) -> bool:
     """Whether the query's state key has the ``slot`` (:func:`service.spark.job.task_slot`): what the checkpoint
-    was created with (recorded in :data:`LAYOUT_FILE`; a checkpoint with batches but no such file predates the
-    slot: no slot), else ``balance_tasks``, recorded now. A checkpoint on a remote file system (``scheme://``)
-    takes the setting."""
+    was created with (recorded in :data:`LAYOUT_FILE`; a checkpoint with batches but no record predates the slot:
+    no slot), else ``balance_tasks``, recorded now. A checkpoint on a remote file system (``scheme://``) takes the
+    setting."""
     if "://" in checkpoint_dir:
         return balance_tasks
     root = Path(checkpoint_dir)
-    marker = root / LAYOUT_FILE
-    if marker.exists():
-        recorded = bool(json.loads(marker.read_text())["balance_tasks"])
-    elif any((root / "offsets").glob("[0-9]*")):
+    layout = read_layout(root)
+    if "balance_tasks" in layout:
+        recorded = bool(layout["balance_tasks"])
+    elif has_batches(root):
         recorded = False
     else:
-        root.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps({"balance_tasks": balance_tasks}))
+        record_layout(root, balance_tasks=balance_tasks)
         return balance_tasks
     if recorded != balance_tasks:
         logger.warning(
             "balance_tasks=%s ignored: the checkpoint %s was created with %s", balance_tasks, checkpoint_dir, recorded
         )
     return recorded
+
+
+def checkpoint_window_problem(checkpoint_dir: str, window: dict[str, Any], describe: Any = str) -> str | None:
+    """``None`` when this run's window definition ``window`` (``WindowDefinition.identity()``) may use the
+    checkpoint - recording it there when none is recorded or no batch has run yet - else one line naming both
+    definitions. A checkpoint with batches but no record was written before window types existed: sliding
+    windows (of a time difference not recorded, so any is accepted, then recorded). ``describe`` phrases an
+    identity. A remote checkpoint (``scheme://``) is not checked."""
+    root = _local(checkpoint_dir)
+    if root is None:
+        return None
+    recorded = read_layout(root).get("window")
+    if recorded is None and has_batches(root):
+        recorded = {"type": "sliding"}
+        if window.get("type") == "sliding":
+            recorded = None  # the sizes were not recorded: take this run's
+    if recorded is not None and recorded != window and has_batches(root):
+        return (
+            f"the checkpoint {root} holds state of {describe(recorded)} windows; this run asks for "
+            f"{describe(window)} windows, which cannot continue it: use a new checkpoint_dir, or the window "
+            "settings it was written with"
+        )
+    if recorded != window:
+        record_layout(root, window=window)
+    return None

@@ -21,11 +21,11 @@ from typing import Any
 
 from connectors.admin import AdminError, TopicSpec, ensure_topics, partition_counts
 from service import metrics
-from service.checkpoint_access import checkpoint_dir_problem
-from service.settings import Settings
+from service.checkpoint_access import checkpoint_dir_problem, checkpoint_window_problem
+from service.settings import Settings, SettingsError
 from service.task.config import TaskConfig
 
-__all__ = ["prepare", "run", "task_config", "BatchReport", "ServiceError", "failure_line"]
+__all__ = ["prepare", "run", "task_config", "check_window", "BatchReport", "ServiceError", "failure_line"]
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ def _prepare_outputs(settings: Settings, client: dict[str, str], parts: dict[str
                 key_id = reg.register(f"{settings.changelog_topic}-key", changelog_key_schema())
             if settings.changelog_format == "avro":
                 value_id = reg.register(
-                    f"{settings.changelog_topic}-value", changelog_value_schema(settings.aggregations)
+                    f"{settings.changelog_topic}-value", changelog_value_schema(settings.aggregations, settings.window)
                 )
         except Exception as e:
             raise ServiceError(f"cannot register the changelog schemas at {settings.schema_registry_url}: {e}") from e
@@ -171,8 +171,7 @@ def task_config(settings: Settings, key_schema_id: int | None = None, value_sche
     from connectors.serde import InputSpec
 
     return TaskConfig(
-        time_difference_ms=settings.time_difference_ms,
-        grace_ms=settings.grace_ms,
+        window=settings.window_definition,
         aggregations=settings.aggregations,
         emit=settings.emit,
         input=InputSpec.from_settings(settings),
@@ -182,6 +181,7 @@ def task_config(settings: Settings, key_schema_id: int | None = None, value_sche
             aggregations=settings.aggregations,
             key_schema_id=key_schema_id,
             value_schema_id=value_schema_id,
+            window=settings.window,
         ),
         changelog_topic=settings.changelog_topic,
         late_topic=settings.late_topic,
@@ -199,6 +199,22 @@ def task_config(settings: Settings, key_schema_id: int | None = None, value_sche
         processing_guarantee=settings.processing_guarantee,
         application_id=settings.app_name,
     )
+
+
+def check_window(settings: Settings) -> None:
+    """Before Spark: the task processor of the window settings can be made (a processor the engine does not
+    offer for the type ends the start in one line), and the checkpoint's state was written with the same window
+    definition (:func:`~service.checkpoint_access.checkpoint_window_problem`); else :class:`SettingsError` naming
+    the setting ``window``."""
+    from windowstore import describe_identity
+
+    definition = settings.window_definition
+    try:
+        task_config(settings).new_processor()
+    except (NotImplementedError, ValueError) as e:
+        raise SettingsError("window", str(e)) from None
+    if problem := checkpoint_window_problem(settings.checkpoint_dir, definition.identity(), describe_identity):
+        raise SettingsError("window", problem)
 
 
 def _warn_group_ahead_of_new_checkpoint(settings: Settings, client: dict[str, str], parts: dict[str, int]) -> None:
@@ -355,6 +371,7 @@ def run(
     t0 = time.monotonic()
     if problem := checkpoint_dir_problem(settings.checkpoint_dir):
         raise ServiceError(problem)
+    check_window(settings)
     metrics.set_config_info(settings.emit, settings.input_format, settings.changelog_format)
     metrics.serve(settings.metrics_port)  # first: a port in use is one line, before any wait
     config = prepare(settings)
@@ -382,11 +399,11 @@ def run(
         signal.signal(signal.SIGINT, _stop)
     query = start_query(spark, settings, config)
     logger.info(
-        "streaming %s -> %s (emit %s, td %d ms, grace %d ms), checkpoint %s",
+        "streaming %s -> %s (%s windows, emit %s, grace %d ms), checkpoint %s",
         ",".join(settings.input_topics),
         settings.changelog_topic,
+        settings.window_definition.describe(),
         settings.emit,
-        settings.time_difference_ms,
         settings.grace_ms,
         settings.checkpoint_dir,
     )

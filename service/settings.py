@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from connectors.output import KEY_FORMATS, VALUE_FORMATS
 from connectors.security import NO_SECRET, SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaSecurity, Secret, read_secret
+from windowstore.task_processors import WINDOW_TYPES
 
 if TYPE_CHECKING:
-    from windowstore import Aggregation, SlidingWindows
+    from windowstore import Aggregation, WindowDefinition
 
 __all__ = [
     "Settings",
@@ -51,6 +52,13 @@ INPUT_FORMATS = ("json", "avro")
 #: the changelog's value formats are those connectors.output writes (one definition, there)
 OUTPUT_FORMATS = VALUE_FORMATS
 EMIT_MODES = ("update", "every", "close")
+#: the size settings each window type (:data:`windowstore.WINDOW_TYPES`) takes
+WINDOW_SIZE_SETTINGS: dict[str, tuple[str, ...]] = {
+    "sliding": ("time_difference",),
+    "tumbling": ("window_size",),
+    "hopping": ("window_size", "advance"),
+    "session": ("gap",),
+}
 STARTING_OFFSETS = ("earliest", "latest")
 SINKS = ("spark", "direct")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -85,6 +93,10 @@ def parse_duration_ms(text: str | int) -> int:
     if m.group(1) == "-" and int(m.group(2)):
         raise ValueError(f"a duration must not be negative, got {str(text).strip()!r}")
     return int(m.group(2)) * _UNIT_MS[unit]
+
+
+def _format_unset(ms: int) -> str:
+    return _format_duration(ms) if ms else "unset"
 
 
 def _format_duration(ms: int) -> str:
@@ -376,8 +388,40 @@ class Settings:
     aggregations: str = _s(
         "count", _aggregations, "aggregations over value fields, e.g. count,sum:amount,max:amount", "SPEC"
     )
+    window: str = _s(
+        "sliding",
+        _choice(WINDOW_TYPES),
+        "window type (Kafka Streams' SlidingWindows, TimeWindows, SessionWindows): sliding takes time_difference; "
+        "tumbling window_size; hopping window_size and advance; session gap",
+    )
     time_difference: int = _s(
-        60_000, parse_duration_ms, "sliding window time difference (window size)", "DURATION", show=_format_duration
+        60_000,
+        parse_duration_ms,
+        "window=sliding: the time difference (window size; both ends inclusive)",
+        "DURATION",
+        show=_format_duration,
+    )
+    window_size: int = _s(
+        0,
+        parse_duration_ms,
+        "window=tumbling or hopping: window size (a window is [start, start + size), end exclusive)",
+        "DURATION",
+        show=_format_unset,
+    )
+    advance: int = _s(
+        0,
+        parse_duration_ms,
+        "window=hopping: how far each window starts after the one before (0 < advance <= window_size; it need "
+        "not divide it)",
+        "DURATION",
+        show=_format_unset,
+    )
+    gap: int = _s(
+        0,
+        parse_duration_ms,
+        "window=session: the inactivity gap that ends a session (> 0)",
+        "DURATION",
+        show=_format_unset,
     )
     grace: int = _s(0, parse_duration_ms, "grace period after a window's end", "DURATION", show=_format_duration)
     emit: str = _s(
@@ -515,14 +559,49 @@ class Settings:
                 raise SettingsError(name, f"{t!r} is also an input topic")
         if len(set(outputs)) != len(outputs):
             raise SettingsError("dead_letter_topic", f"output topics must differ, got {outputs}")
-        if self.time_difference <= 0:
-            raise SettingsError("time_difference", "must be positive (a window spans at least 1 ms)")
+        self.check_window({n for n in _SIZE_DEFAULTS if getattr(self, n) != _SIZE_DEFAULTS[n]})
         if self.key_field and self.key_field == self.timestamp_field:
             raise SettingsError("timestamp_field", "must differ from key_field")
         if self.processing_guarantee == "exactly_once" and self.sink != "direct":
             raise SettingsError(
                 "processing_guarantee", "exactly_once needs sink=direct (Spark's Kafka sink cannot write transactions)"
             )
+
+    def check_window(self, given: set[str]) -> None:
+        """The window settings fit together (one :class:`SettingsError` naming the first that does not): the type
+        has its sizes, and no size setting in ``given`` (set to other than its default, or given as a flag or
+        variable) belongs to another type."""
+        window = self.window
+        takes = WINDOW_SIZE_SETTINGS[window]
+        for name in sorted(given - set(takes)):
+            owner = next(w for w, names in WINDOW_SIZE_SETTINGS.items() if name in names)
+            needs = " and ".join(takes)
+            raise SettingsError(name, f"applies to window={owner} only; window={window} takes {needs}")
+        if window == "sliding" and self.time_difference <= 0:
+            raise SettingsError("time_difference", "must be positive (a window spans at least 1 ms)")
+        if window in ("tumbling", "hopping") and self.window_size <= 0:
+            raise SettingsError("window_size", f"window={window} needs a window size > 0 (e.g. --window-size 1m)")
+        if window == "hopping" and not 0 < self.advance <= self.window_size:
+            raise SettingsError(
+                "advance",
+                f"window=hopping needs 0 < advance <= window_size ({_format_duration(self.window_size)}), got "
+                f"{_format_unset(self.advance)} (e.g. --advance 10s)",
+            )
+        if window == "session" and self.gap <= 0:
+            raise SettingsError("gap", "window=session needs an inactivity gap > 0 (e.g. --gap 5m)")
+
+    @property
+    def window_definition(self) -> WindowDefinition:
+        """The windows of every task: type, sizes and grace (:class:`windowstore.WindowDefinition`)."""
+        from windowstore import WindowDefinition
+
+        sizes = {
+            "sliding": {"size_ms": self.time_difference},
+            "tumbling": {"size_ms": self.window_size},
+            "hopping": {"size_ms": self.window_size, "advance_ms": self.advance},
+            "session": {"gap_ms": self.gap},
+        }[self.window]
+        return WindowDefinition(self.window, grace_ms=self.grace, **sizes)
 
     @property
     def time_difference_ms(self) -> int:
@@ -535,12 +614,6 @@ class Settings:
     @property
     def trigger_interval_ms(self) -> int:
         return self.trigger_interval
-
-    @property
-    def windows(self) -> SlidingWindows:
-        from windowstore import SlidingWindows
-
-        return SlidingWindows(self.time_difference_ms, self.grace_ms)
 
     def aggregation(self) -> Aggregation:  # a new instance
         from windowstore import parse_aggregations
@@ -589,6 +662,10 @@ class Settings:
 
 
 SETTINGS = tuple(f.name for f in fields(Settings))
+#: the window size settings and their defaults (a size setting that differs from its default was given)
+_SIZE_DEFAULTS = {
+    f.name: f.default for f in fields(Settings) if any(f.name in names for names in WINDOW_SIZE_SETTINGS.values())
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -616,6 +693,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "changelog_format": OUTPUT_FORMATS,
             "changelog_key_format": KEY_FORMATS,
             "emit": EMIT_MODES,
+            "window": WINDOW_TYPES,
             "sink": SINKS,
             "processing_exception_handler": PROCESSING_EXCEPTION_HANDLERS,
         }
@@ -661,7 +739,9 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
             values[name] = flag_value
         elif ENV_PREFIX + name.upper() in env:
             values[name] = env[ENV_PREFIX + name.upper()]
-    return Settings(**values)
+    settings = Settings(**values)
+    settings.check_window(set(values) & set(_SIZE_DEFAULTS))  # a size given at its default value, too
+    return settings
 
 
 _NEGATIVE_VALUE = re.compile(r"^-\d")

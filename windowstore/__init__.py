@@ -30,6 +30,7 @@ from .contract import TaskProcessor, WindowCounters
 from .processor import SlidingWindowProcessor
 from .session_windows import SessionWindowProcessor, SessionWindows, is_tombstone
 from .store import Visibility, WindowStore
+from .task_processors import WINDOW_TYPES, WindowDefinition, describe_identity, new_task_processor
 from .time_windows import TimeWindowProcessor, TimeWindows
 from .updates import DroppedRecord, DropReason, EmitMode, ProcessorStats, WindowUpdate
 from .windows import ConfigError, SlidingWindows
@@ -62,6 +63,10 @@ __all__ = [
     "is_tombstone",
     "TimeWindowProcessor",
     "TimeWindows",
+    "WINDOW_TYPES",
+    "WindowDefinition",
+    "describe_identity",
+    "new_task_processor",
     "Visibility",
     "WindowStore",
     "DropReason",

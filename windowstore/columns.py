@@ -19,6 +19,7 @@ import numpy as np
 
 from .aggregations import Aggregation, Composite, Field
 from .store import KeyWindows, RawRecords
+from .updates import WindowUpdate
 
 __all__ = [
     "Cols",
@@ -36,6 +37,7 @@ __all__ = [
     "raw_matrix",
     "rows_of",
     "set_raw",
+    "update_columns",
 ]
 
 #: ``[(kind, field), ...]``: per aggregation part its batch kernel (count, sum, min, max, mean) and input field
@@ -342,3 +344,22 @@ def exact_column(values: list[Any]) -> np.ndarray:
     if kinds == {float}:
         return np.array(values, dtype=np.float64)
     return object_array(values)
+
+
+def update_columns(updates: Sequence[WindowUpdate], aggregation: Aggregation) -> dict[str, Any]:
+    """:class:`~windowstore.updates.WindowUpdate` s as the columns a processor's ``flush_columns`` returns: ``key``
+    (list), ``start``, ``end``, ``ts``, ``count`` (int64 arrays) and ``values`` {aggregation output name:
+    :func:`exact_column`}, rows in the order given."""
+    n = len(updates)
+    if isinstance(aggregation, Composite):
+        values = {p.name: exact_column([u.value[p.name] for u in updates]) for p in aggregation.parts}
+    else:
+        values = {aggregation.name: exact_column([u.value for u in updates])}
+    return {
+        "key": [u.key for u in updates],
+        "start": np.fromiter((u.start for u in updates), _I64, n),
+        "end": np.fromiter((u.end for u in updates), _I64, n),
+        "ts": np.fromiter((u.ts for u in updates), _I64, n),
+        "count": np.fromiter((u.count for u in updates), _I64, n),
+        "values": values,
+    }

@@ -18,7 +18,7 @@ import numpy as np
 
 from .aggregations import Composite
 from .cache import replace, sealed, stamped_updates
-from .columns import Plan, accumulators, exact_column, object_array
+from .columns import Plan, accumulators, object_array, update_columns
 from .state import CachedWrites, ColumnWrites, EmittedColumns, EmittedUpdates, EngineState
 from .updates import WindowUpdate
 
@@ -165,7 +165,6 @@ def flush_columns(state: EngineState) -> dict[str, Any]:
     batch-path segment, also ``key_table`` (distinct keys) and ``key_id`` (int64 array):
     ``key[i] == key_table[key_id[i]]``."""
     agg = state.aggregation
-    names = [p.name for p in agg.parts] if isinstance(agg, Composite) else [agg.name]
     segs = state.segments
     closed = state.closed
     seg = closed[0] if len(closed) == 1 else None
@@ -197,17 +196,4 @@ def flush_columns(state: EngineState) -> dict[str, Any]:
             "count": count,
             "values": values,
         }
-    updates = flush(state)
-    start = np.fromiter((u.start for u in updates), _I64, len(updates))
-    if isinstance(agg, Composite):
-        values = {n: exact_column([u.value[n] for u in updates]) for n in names}
-    else:
-        values = {names[0]: exact_column([u.value for u in updates])}
-    return {
-        "key": [u.key for u in updates],
-        "start": start,
-        "end": start + state.td,
-        "ts": np.fromiter((u.ts for u in updates), _I64, len(updates)),
-        "count": np.fromiter((u.count for u in updates), _I64, len(updates)),
-        "values": values,
-    }
+    return update_columns(flush(state), agg)

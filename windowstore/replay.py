@@ -22,6 +22,7 @@ from typing import Any, NoReturn, TextIO
 from .aggregations import BUILTINS, Aggregation, parse_aggregations
 from .processor import SlidingWindowProcessor
 from .session_windows import SessionWindowProcessor, SessionWindows
+from .task_processors import WINDOW_TYPES
 from .time_windows import TimeWindowProcessor, TimeWindows
 from .updates import EmitMode, WindowUpdate
 from .windows import ConfigError, SlidingWindows
@@ -35,8 +36,6 @@ __all__ = [
     "replay_records",
     "update_to_json",
 ]
-
-WINDOW_TYPES = ("sliding", "tumbling", "hopping", "session")
 
 REPLAY_AGGREGATIONS = ("collect", "count", "sum", "min", "max", "mean")
 _NUMERIC = {"sum", "min", "max", "mean", "variance", "stddev"}

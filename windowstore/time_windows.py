@@ -33,13 +33,15 @@ record timestamp in the window (T6).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Hashable, Sequence
+import pickle
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .aggregations import Aggregation
+from .columns import update_columns
 from .family_common import FamilyStats, check_millis, key_bytes, valid_timestamp
-from .updates import EmitMode, WindowUpdate
+from .updates import DroppedRecord, DropReason, EmitMode, WindowUpdate
 from .windows import ConfigError
 
 __all__ = ["TimeWindowProcessor", "TimeWindows"]
@@ -116,23 +118,109 @@ class TimeWindowProcessor:
     writes; ``close``: the windows the record closed; ``update``: nothing - see :meth:`flush`). Output
     :class:`WindowUpdate` s carry ``start``/``end`` as ``Window.start()`` / ``Window.end()`` (end exclusive).
 
-    The processor's state is only per-window aggregates, stream time, the last close time and (update mode)
-    the not-yet-flushed windows; :meth:`export_state` / :meth:`restore_state` move it across a restart.
+    It meets the service's :class:`~windowstore.contract.TaskProcessor` contract. The state is the per-window
+    aggregates, stream time, the last close time and (update mode) the not-yet-flushed windows, kept as:
+
+    * an **index** of every window held, ``start -> keys`` (always complete: close mode emits and every mode
+      forgets windows across all keys by start) - part of the task meta (:meth:`export_meta`);
+    * the **windows** of each key, ``start -> (accumulator, output timestamp, record count)`` - one blob per key
+      (:meth:`export_keys`), loaded through the loader of :meth:`from_state` the first time the key is touched.
+
+    The index is what is true: a window forgotten (T12) while its key was not loaded is dropped from the index
+    only, and filtered out of the key's (older) blob when the key is loaded; a key left with no window is a dirty
+    key exported as ``None``. :meth:`export_state` / :meth:`restore_state` move the whole state as plain data.
     """
 
-    def __init__(self, windows: TimeWindows, aggregation: Aggregation, emit: EmitMode | str = EmitMode.UPDATE) -> None:
+    def __init__(
+        self,
+        windows: TimeWindows,
+        aggregation: Aggregation,
+        emit: EmitMode | str = EmitMode.UPDATE,
+        *,
+        collect_drops: bool = False,
+        batch: bool = False,
+    ) -> None:
         self.windows = windows
         self.aggregation = aggregation
         self.emit = EmitMode.parse(emit)
         self.stats = FamilyStats()
         self.observed_stream_time = _NO_TIMESTAMP
         self.last_emit_close_time = _NO_TIMESTAMP
+        #: keep every dropped record (null key, invalid timestamp, late) for :meth:`take_drops`
+        self.collect_drops = collect_drops
+        self.drops: list[DroppedRecord] = []
+        self._batch = batch
+        #: the loaded keys' windows (a key held but not yet loaded is in ``_held`` only)
         self._by_key: dict[Hashable, dict[int, _Window]] = {}
-        # distinct window starts that hold windows, ascending, and the keys holding each (close-mode scan, purge)
+        # the index: distinct window starts that hold windows, ascending, and the keys holding each
         self._starts: list[int] = []
         self._keys_at: dict[int, dict[Hashable, None]] = {}
+        self._held: dict[Hashable, int] = {}  # key -> its windows in the index
+        self._n_windows = 0
+        self._expired = 0
+        self._loader: Callable[[Hashable], bytes | None] | None = None
+        self._changed: set[Hashable] = set()  # keys to export (dirty_keys)
         # update mode: (key, start) -> None, in last-write order (NamedCache.dirtyKeys: remove, then add)
         self._dirty: dict[tuple[Hashable, int], None] = {}
+        # close mode, batch path: the windows process_columns emitted, for flush_columns
+        self._emitted: list[WindowUpdate] = []
+
+    # ------------------------------------------------------------------------------------------ the contract
+    @property
+    def batch(self) -> bool:
+        """Whether the caller should use :meth:`process_columns` / :meth:`flush_columns` (``batch=True``)."""
+        return self._batch
+
+    @property
+    def expired_windows(self) -> int:
+        """Windows forgotten so far (T12: closed and flushed, or emitted on close)."""
+        return self._expired
+
+    @property
+    def windows_held(self) -> int:
+        """Windows held (in the index; a key not loaded yet holds its windows in its blob)."""
+        return self._n_windows
+
+    def take_drops(self) -> list[DroppedRecord]:
+        """Return and clear the dropped records collected so far (``collect_drops=True``): null keys, invalid
+        timestamps and records none of whose windows was open (``LATE``; a partially late record is accepted and
+        only counted in ``skipped_windows``, T7)."""
+        drops, self.drops = self.drops, []
+        return drops
+
+    def expire(self) -> int:
+        """Forget the windows no record can update any more and that wait for no flush (every/update; close mode
+        forgets them when it emits them); returns how many."""
+        before = self._expired
+        if self.emit is not EmitMode.CLOSE:
+            self._purge_closed(self.observed_stream_time - self.windows.grace_ms)
+        return self._expired - before
+
+    def process_columns(
+        self,
+        keys: Sequence[Hashable],
+        timestamps: Any,
+        fields: dict[str | None, Any] | None = None,
+        values: Sequence[Any] | None = None,
+    ) -> bool:
+        """The records ``(keys[i], values[i], timestamps[i])`` through the batch path
+        (:mod:`windowstore.time_windows_batch`; identical to :meth:`process` per record), what they emit kept for
+        :meth:`flush_columns`. ``values`` may be left out when ``fields`` holds the value fields as columns
+        (``{None: column}``: the bare values). Returns whether the batch path was taken (else the record path)."""
+        from . import time_windows_batch
+
+        if values is None:
+            values = _values_of(fields or {}, len(keys))
+        ts = timestamps.tolist() if hasattr(timestamps, "tolist") else list(timestamps)
+        out, taken = time_windows_batch.run_batch(self, keys, ts, values)
+        self._emitted += out
+        return taken
+
+    def flush_columns(self) -> dict[str, Any]:
+        """What :meth:`process_columns` emitted since the last call and :meth:`flush`, as the columns
+        :func:`~windowstore.columns.update_columns` makes."""
+        updates, self._emitted = self._emitted, []
+        return update_columns(updates + self.flush(), self.aggregation)
 
     # ------------------------------------------------------------------------------------------ record path
 
@@ -142,10 +230,12 @@ class TimeWindowProcessor:
         stats.records += 1
         if key is None:  # T7: only a null KEY is dropped; a null value is aggregated (T11)
             stats.dropped_null_key += 1
+            self._drop(key, value, ts, DropReason.NULL_KEY)
             return []
         t = valid_timestamp(ts)
         if t is None:
             stats.dropped_invalid_timestamp += 1
+            self._drop(key, value, ts, DropReason.INVALID_TIMESTAMP)
             return []
         if t > self.observed_stream_time:  # T3
             self.observed_stream_time = t
@@ -154,6 +244,8 @@ class TimeWindowProcessor:
         out: list[WindowUpdate] = []
         emit_every = self.emit is EmitMode.EVERY
         windows = self._by_key.get(key)
+        if windows is None and key in self._held:
+            windows = self._load(key)
         step = None
         updated = 0
         for start in self.windows.window_starts(t):  # ascending start, as windowsFor's LinkedHashMap
@@ -185,8 +277,10 @@ class TimeWindowProcessor:
                 self._dirty[dk] = None
         if updated:
             stats.accepted += 1
+            self._changed.add(key)
         else:
             stats.dropped_late += 1
+            self._drop(key, value, ts, DropReason.LATE)
         if self.emit is EmitMode.CLOSE:
             self._maybe_forward_final_result(window_close_time, out)
         else:
@@ -194,19 +288,21 @@ class TimeWindowProcessor:
         stats.updates_emitted += len(out)
         return out
 
+    def _drop(self, key: Hashable, value: Any, ts: Any, reason: DropReason) -> None:
+        if self.collect_drops:
+            self.drops.append(DroppedRecord(key, value, ts, reason, self.observed_stream_time))
+
     def flush(self) -> list[WindowUpdate]:
         """Update mode: the last value of every window written since the previous flush, in last-write order
         (T9: the record cache's flush on commit). Other modes: nothing (they forward from :meth:`process`)."""
         if not self._dirty:
             return []
         out = []
-        by_key = self._by_key
-        empty: dict[int, _Window] = {}
         agg = self.aggregation
         finish = None if agg.finish_is_identity else agg.finish
         size = self.windows.size_ms
         for key, start in self._dirty:
-            w = by_key.get(key, empty).get(start)
+            w = (self._windows_of(key) or _NO_WINDOWS).get(start)
             if w is not None:  # as _update, inlined: a flush forwards every window written since the last one
                 value = w.acc if finish is None else finish(w.acc)
                 out.append(WindowUpdate(key, start, start + size, value, w.ts, w.count))
@@ -235,7 +331,7 @@ class TimeWindowProcessor:
         for start in starts[i:j]:  # a time-ordered store: start, then key bytes, all keys interleaved
             keys = sorted(self._keys_at[start], key=key_bytes)
             for key in keys:
-                out.append(self._update(key, start, self._by_key[key][start]))
+                out.append(self._update(key, start, self._held_window(key, start)))
         self.last_emit_close_time = window_close_time
         # emitted windows can never be updated (their end <= close) nor emitted again: forget them
         for start in starts[:j]:
@@ -249,7 +345,7 @@ class TimeWindowProcessor:
 
     def get_window(self, key: Hashable, start: int) -> tuple[Any, int, int] | None:
         """``(accumulator, output timestamp, record count)`` of one held window, or ``None``."""
-        w = self._by_key.get(key, {}).get(start)
+        w = (self._windows_of(key) or _NO_WINDOWS).get(start)
         return None if w is None else (w.acc, w.ts, w.count)
 
     def merge_windows(
@@ -260,10 +356,9 @@ class TimeWindowProcessor:
         last-write order (T9). ``combine`` runs for every held window before anything changes (if it raises, the
         state is untouched). Returns windows created."""
         by_key = self._by_key
-        empty: dict[int, _Window] = {}
         merged: list[tuple[_Window, Any] | None] = []
         for key, start, acc, _ts, _count in rows:
-            held = by_key.get(key, empty).get(start)
+            held = (self._windows_of(key) or _NO_WINDOWS).get(start)
             merged.append(None if held is None else (held, combine(held.acc, acc)))
         dirty = self._dirty if self.emit is EmitMode.UPDATE else None
         created = 0
@@ -281,6 +376,7 @@ class TimeWindowProcessor:
                 if ts > w.ts:
                     w.ts = ts
                 w.count += count
+            self._changed.add(key)
             if dirty is not None:
                 dk = (key, start)
                 dirty.pop(dk, None)
@@ -297,7 +393,7 @@ class TimeWindowProcessor:
         self._purge_closed(window_close_time)
         return []
 
-    # ------------------------------------------------------------------------------------------ state
+    # ------------------------------------------------------------------------------------------ the index
 
     def _update(self, key: Hashable, start: int, w: _Window) -> WindowUpdate:
         agg = self.aggregation
@@ -310,13 +406,25 @@ class TimeWindowProcessor:
             keys = self._keys_at[start] = {}
             bisect.insort(self._starts, start)
         keys[key] = None
+        self._held[key] = self._held.get(key, 0) + 1
+        self._n_windows += 1
 
     def _forget_start(self, start: int) -> None:
+        """Forget every window at ``start`` (the caller removes ``start`` from ``_starts``)."""
         for key in self._keys_at.pop(start, ()):
-            windows = self._by_key[key]
-            del windows[start]
-            if not windows:
-                del self._by_key[key]
+            windows = self._by_key.get(key)
+            if windows is not None:
+                del windows[start]
+                if not windows:
+                    del self._by_key[key]
+            left = self._held[key] - 1
+            if left:
+                self._held[key] = left
+            else:  # the key holds nothing: its blob goes (export_keys: None)
+                del self._held[key]
+                self._changed.add(key)
+            self._n_windows -= 1
+            self._expired += 1
 
     def _purge_closed(self, window_close_time: int) -> None:
         """Every/update mode: a window whose end <= close can never be written again (T5); once flushed it is
@@ -336,10 +444,126 @@ class TimeWindowProcessor:
 
     def __len__(self) -> int:
         """Windows held."""
-        return sum(len(w) for w in self._by_key.values())
+        return self._n_windows
+
+    # ------------------------------------------------------------------------------------------ lazy keys
+
+    def _windows_of(self, key: Hashable) -> dict[int, _Window] | None:
+        """The key's windows, loaded on first touch; ``None`` when it holds none."""
+        windows = self._by_key.get(key)
+        if windows is None and key in self._held:
+            windows = self._load(key)
+        return windows
+
+    def _held_window(self, key: Hashable, start: int) -> _Window:
+        windows = self._windows_of(key)
+        assert windows is not None  # the index names the window
+        return windows[start]
+
+    def _load(self, key: Hashable) -> dict[int, _Window]:
+        """A held key's windows from its blob, without the windows the index forgot since it was written."""
+        blob = self._loader(key) if self._loader is not None else None
+        windows: dict[int, _Window] = {}
+        if blob is not None:
+            for start, acc, ts, count in pickle.loads(blob):
+                if key in self._keys_at.get(start, ()):
+                    windows[start] = _Window(acc, ts, count)
+        if len(windows) != self._held[key]:
+            raise RuntimeError(
+                f"the state of key {key!r} is inconsistent: the task meta names {self._held[key]} windows, its "
+                f"blob holds {len(windows)} of them"
+            )
+        self._by_key[key] = windows
+        return windows
+
+    # ------------------------------------------------------------------------------------------ state
+
+    def export_meta(self) -> bytes:
+        """The task meta: definition sizes, stream time, last close time, the window index, update mode's
+        unflushed windows (last-write order) and close mode's emitted windows not yet taken by
+        :meth:`flush_columns`."""
+        w = self.windows
+        return pickle.dumps(
+            {
+                "format": _META_FORMAT,
+                "type": "time",
+                "size_ms": w.size_ms,
+                "advance_ms": w.advance,
+                "observed_stream_time": self.observed_stream_time,
+                "last_emit_close_time": self.last_emit_close_time,
+                "index": [(s, list(self._keys_at[s])) for s in self._starts],
+                "dirty": list(self._dirty),
+                "emitted": [tuple(u) for u in self._emitted],
+            },
+            protocol=5,
+        )
+
+    def export_keys(self, keys: Iterable[Hashable]) -> dict[Hashable, bytes | None]:
+        """One blob per key that holds windows and is loaded; ``None`` for a key that holds none any more (delete
+        it). A key held but never loaded is unchanged and left out."""
+        out: dict[Hashable, bytes | None] = {}
+        for key in keys:
+            if key not in self._held:
+                out[key] = None
+                continue
+            windows = self._by_key.get(key)
+            if windows is not None:
+                out[key] = pickle.dumps([(s, w.acc, w.ts, w.count) for s, w in windows.items()], protocol=5)
+        return out
+
+    def dirty_keys(self) -> set[Hashable]:
+        """Keys whose windows changed since :meth:`clear_dirty_keys` (a key left with no window included)."""
+        return set(self._changed)
+
+    def clear_dirty_keys(self) -> None:
+        self._changed.clear()
+
+    @classmethod
+    def from_state(
+        cls,
+        windows: TimeWindows,
+        aggregation: Aggregation,
+        emit: EmitMode | str,
+        meta: bytes | None,
+        loader: Callable[[Hashable], bytes | None],
+        **kwargs: Any,
+    ) -> TimeWindowProcessor:
+        """A processor over external state: ``meta`` from :meth:`export_meta` (``None``: a new task) and
+        ``loader(key)`` returning the key's blob from :meth:`export_keys` (``None`` if absent), called the first
+        time a key is touched. The meta must be of the same size and advance (the grace may differ)."""
+        proc = cls(windows, aggregation, emit, **kwargs)
+        proc.attach_state(meta, loader)
+        return proc
+
+    def attach_state(self, meta: bytes | None, loader: Callable[[Hashable], bytes | None]) -> None:
+        """:meth:`from_state` on a new processor: the task meta applied, keys read through ``loader``."""
+        if self._held or self.observed_stream_time != _NO_TIMESTAMP:
+            raise ValueError("attach_state needs a new processor")
+        self._loader = loader
+        if meta is None:
+            return
+        m = pickle.loads(meta)
+        if not isinstance(m, dict) or m.get("type") != "time" or m.get("format") != _META_FORMAT:
+            raise ConfigError("the task state was not written by a time-window processor (another window type)")
+        w = self.windows
+        if (m["size_ms"], m["advance_ms"]) != (w.size_ms, w.advance):
+            raise ConfigError(
+                f"the task state was written for time windows of size {m['size_ms']} ms and advance "
+                f"{m['advance_ms']} ms, not size {w.size_ms} ms and advance {w.advance} ms"
+            )
+        self.observed_stream_time = m["observed_stream_time"]
+        self.last_emit_close_time = m["last_emit_close_time"]
+        for start, keys in m["index"]:
+            for key in keys:
+                self._index_add(key, start)
+        self._dirty = dict.fromkeys(m["dirty"])
+        self._emitted = [WindowUpdate(*u) for u in m["emitted"]]
 
     def export_state(self) -> dict[str, Any]:
-        """Everything a restart needs, as plain data (accumulators as the aggregation keeps them)."""
+        """Everything a restart needs, as plain data (accumulators as the aggregation keeps them; every key
+        loaded)."""
+        for key in list(self._held):
+            self._windows_of(key)
         return {
             "type": "time",
             "size_ms": self.windows.size_ms,
@@ -364,7 +588,7 @@ class TimeWindowProcessor:
                 f"size={state.get('size_ms')} advance={state.get('advance_ms')} "
                 f"grace={state.get('grace_ms')}"
             )
-        if self._by_key:
+        if self._held:
             raise ValueError("restore_state needs an empty processor")
         self.observed_stream_time = state["observed_stream_time"]
         self.last_emit_close_time = state["last_emit_close_time"]
@@ -373,3 +597,17 @@ class TimeWindowProcessor:
             self._index_add(k, s)
         for k, s in state["dirty"]:
             self._dirty[(k, s)] = None
+
+
+_NO_WINDOWS: dict[int, _Window] = {}
+_META_FORMAT = 1
+
+
+def _values_of(fields: dict[str | None, Any], n: int) -> list[Any]:
+    """Record values from value-field columns: the bare values for ``{None: column}``, else a dict per record."""
+    if None in fields:
+        col = fields[None]
+        return col.tolist() if hasattr(col, "tolist") else list(col)
+    names = list(fields)
+    cols = [c.tolist() if hasattr(c, "tolist") else list(c) for c in fields.values()]
+    return [dict(zip(names, row)) for row in zip(*cols)] if names else [{} for _i in range(n)]

@@ -45,16 +45,59 @@ a value the aggregation cannot take (the record path raises it at the same recor
 from __future__ import annotations
 
 import bisect
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from itertools import accumulate
-from typing import Any
+from typing import Any, Protocol
 
 from .aggregations import Aggregation, Composite, Count, Field, Max, Mean, Min, Sum
-from .family_common import valid_timestamp
-from .time_windows import TimeWindowProcessor
-from .updates import EmitMode, WindowUpdate
+from .family_common import FamilyStats, valid_timestamp
+from .updates import DroppedRecord, DropReason, EmitMode, WindowUpdate
 
-__all__ = ["BatchFallback", "batch_kinds", "combine_part", "merge_part", "one_part", "part_column", "process_batch"]
+__all__ = [
+    "BatchFallback",
+    "TimeWindowBatchTarget",
+    "batch_kinds",
+    "combine_part",
+    "merge_part",
+    "one_part",
+    "part_column",
+    "process_batch",
+    "run_batch",
+]
+
+
+class _Definition(Protocol):
+    @property
+    def size_ms(self) -> int: ...
+    @property
+    def advance(self) -> int: ...
+    @property
+    def grace_ms(self) -> int: ...
+
+
+class TimeWindowBatchTarget(Protocol):
+    """What this path reads and writes of a :class:`~windowstore.time_windows.TimeWindowProcessor`: its definition,
+    counters, stream time, dropped records and the batch contract (``merge_windows`` / ``close_windows``). A
+    protocol, so that the processor can call this module without an import cycle."""
+
+    observed_stream_time: int
+    collect_drops: bool
+    drops: list[DroppedRecord]
+
+    @property
+    def windows(self) -> _Definition: ...
+    @property
+    def aggregation(self) -> Aggregation: ...
+    @property
+    def emit(self) -> EmitMode: ...
+    @property
+    def stats(self) -> FamilyStats: ...
+    def process(self, key: Hashable, value: Any, ts: Any) -> list[WindowUpdate]: ...
+    def merge_windows(
+        self, rows: Sequence[tuple[Hashable, int, Any, int, int]], combine: Callable[[Any, Any], Any]
+    ) -> int: ...
+    def close_windows(self, window_close_time: int) -> list[WindowUpdate]: ...
+
 
 _KINDS: dict[type, str] = {Count: "count", Sum: "sum", Min: "min", Max: "max", Mean: "mean"}
 
@@ -81,24 +124,31 @@ def batch_kinds(aggregation: Aggregation) -> list[tuple[str, str | None]] | None
 
 
 def process_batch(
-    proc: TimeWindowProcessor, keys: Sequence[Hashable], timestamps: Sequence[Any], values: Sequence[Any]
+    proc: TimeWindowBatchTarget, keys: Sequence[Hashable], timestamps: Sequence[Any], values: Sequence[Any]
 ) -> list[WindowUpdate]:
     """Process the records ``(keys[i], values[i], timestamps[i])`` in order, as ``proc.process`` would one by
     one, and return the concatenation of what those calls return (``update`` mode: nothing - call
     ``proc.flush()``)."""
+    return run_batch(proc, keys, timestamps, values)[0]
+
+
+def run_batch(
+    proc: TimeWindowBatchTarget, keys: Sequence[Hashable], timestamps: Sequence[Any], values: Sequence[Any]
+) -> tuple[list[WindowUpdate], bool]:
+    """:func:`process_batch`, and whether the batch path took the batch (``False``: the record path did)."""
     if not (len(keys) == len(timestamps) == len(values)):
         raise ValueError(f"columns differ in length: {len(keys)} keys, {len(timestamps)} timestamps, {len(values)}")
     kinds = batch_kinds(proc.aggregation)
     if proc.emit is not EmitMode.EVERY and kinds is not None:
         try:
-            return _process(proc, kinds, keys, timestamps, values)
+            return _process(proc, kinds, keys, timestamps, values), True
         except BatchFallback:
             pass
     process = proc.process
     out: list[WindowUpdate] = []
     for k, v, t in zip(keys, values, timestamps, strict=True):
         out += process(k, v, t)
-    return out
+    return out, False
 
 
 # ---------------------------------------------------------------------------------------------- the batch path
@@ -169,7 +219,7 @@ def combine_part(kind: str, old: Any, new: Any) -> Any:
 
 
 def _process(
-    proc: TimeWindowProcessor,
+    proc: TimeWindowBatchTarget,
     kinds: list[tuple[str, str | None]],
     keys: Sequence[Hashable],
     timestamps: Sequence[Any],
@@ -184,15 +234,20 @@ def _process(
     closes: list[int] = []  # close time after each non-null, valid record (close mode's replay)
     clean: dict[Hashable, list[tuple[int, int]]] = {}  # key -> [(t, index)]
     partial: list[tuple[Hashable, int, int, int]] = []  # (key, t, index, first open start)
+    drops: list[DroppedRecord] | None = [] if proc.collect_drops else None  # kept once nothing can fall back
     for i, k in enumerate(keys):
         if k is None:  # T7: a null key is dropped before stream time moves
             n_null += 1
+            if drops is not None:
+                drops.append(DroppedRecord(k, values[i], timestamps[i], DropReason.NULL_KEY, st))
             continue
         t = timestamps[i]
         if type(t) is not int or t < 0:
             t = valid_timestamp(t)
             if t is None:
                 n_invalid += 1
+                if drops is not None:
+                    drops.append(DroppedRecord(k, values[i], timestamps[i], DropReason.INVALID_TIMESTAMP, st))
                 continue
         if t > st:  # T3
             st = t
@@ -212,6 +267,8 @@ def _process(
         if lo > t:  # T7: fully late, once per window
             n_late += 1
             skipped += (t - first) // adv + 1
+            if drops is not None:
+                drops.append(DroppedRecord(k, values[i], timestamps[i], DropReason.LATE, st))
             continue
         n_accepted += 1
         skipped += (lo - first) // adv
@@ -271,6 +328,8 @@ def _process(
     stats.windows_created += created
     stats.windows_updated += pairs - created
     proc.observed_stream_time = st
+    if drops:
+        proc.drops += drops
     out: list[WindowUpdate] = []
     if proc.emit is EmitMode.CLOSE:
         prev = None

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.output import ChangelogSpec
 from connectors.serde import InputSpec
-from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations
+from windowstore import TaskProcessor, WindowDefinition, new_task_processor, parse_aggregations
 
 __all__ = ["TaskConfig"]
 
@@ -16,8 +17,7 @@ __all__ = ["TaskConfig"]
 class TaskConfig:
     """Everything a worker needs to process a task (picklable, built on the driver)."""
 
-    time_difference_ms: int
-    grace_ms: int
+    window: WindowDefinition  # the window type, its sizes and the grace
     aggregations: str
     emit: str
     input: InputSpec
@@ -39,10 +39,6 @@ class TaskConfig:
     application_id: str = ""  # the consumer group and transactional id prefix (exactly_once)
 
     @property
-    def windows(self) -> SlidingWindows:
-        return SlidingWindows(self.time_difference_ms, self.grace_ms)
-
-    @property
     def value_fields(self) -> tuple[str, ...]:
         """The value fields the aggregations read (all a log entry keeps of a value:
         :func:`~service.task.state.encode_log`)."""
@@ -51,7 +47,21 @@ class TaskConfig:
     def processor_options(self) -> dict[str, Any]:
         return {"collect_drops": True, "batch": self.batch and self.emit in ("update", "close")}
 
-    def new_processor(self) -> SlidingWindowProcessor:
-        return SlidingWindowProcessor(
-            self.windows, parse_aggregations(self.aggregations), self.emit, **self.processor_options()
+    def new_processor(
+        self, meta: bytes | None = None, loader: Callable[[Hashable], bytes | None] | None = None
+    ) -> TaskProcessor:
+        """The task's processor (:func:`windowstore.new_task_processor`): at the task meta ``meta``, keys read
+        through ``loader`` (default: a new task, no stored keys)."""
+        return new_task_processor(
+            self.window,
+            parse_aggregations(self.aggregations),
+            self.emit,
+            meta,
+            _no_keys if loader is None else loader,
+            **self.processor_options(),
         )
+
+
+def _no_keys(key: Hashable) -> None:
+    """The key loader of a new task: no key has stored windows."""
+    return None

@@ -1,11 +1,13 @@
-"""One task's micro-batch, without Spark: decode -> sliding-window processor -> encoded output rows.
+"""One task's micro-batch, without Spark: decode -> window processor -> encoded output rows.
 
-A *task* is one Kafka input partition (topic, partition): its records are processed in offset order by one
-``windowstore.SlidingWindowProcessor``, which keeps one stream time per task (docs/rules.md R7). For every input
-record exactly one of these happens, and the per-batch :class:`TaskStats` count them:
+A *task* is one Kafka input partition (topic, partition): its records are processed in offset order by one task
+processor (:class:`windowstore.TaskProcessor` of the window type: :func:`windowstore.new_task_processor`), which
+keeps one stream time per task (docs/rules.md R7, docs/rules-window-types.md T3). For every input record exactly one
+of these happens, and the per-batch :class:`TaskStats` count them:
 
-* aggregated (accepted by the processor; it may still skip closed windows, R13),
-* late (dropped by R8) -> a late-records row (original bytes + reason headers) when a late topic is set,
+* aggregated (accepted by the processor; it may still skip closed windows, R13, T7),
+* late (dropped by R8: no window of the record open) -> a late-records row (original bytes + reason headers) when
+  a late topic is set,
 * dead-lettered (undecodable / invalid, see :mod:`connectors.serde`) -> a dead-letter row.
 
 Rows are plain Python lists so the Spark adapter (:mod:`service.spark.job`) can turn them into one pandas frame.
@@ -315,7 +317,7 @@ class TaskRunner:
 
     def _apply(self, proc: TaskProcessor, good: Decoded) -> tuple[Any, list[Any]]:
         """Feed the decoded records to the processor and flush: ``(columns, [])`` on the batch path
-        (:meth:`~windowstore.SlidingWindowProcessor.flush_columns`), ``(None, updates)`` on the record path."""
+        (:meth:`~windowstore.TaskProcessor.flush_columns`), ``(None, updates)`` on the record path."""
         if proc.batch:
             # identical results to the record path; the batch fast path where it applies. The record values go
             # along so fallbacks and drop reports get the very objects decoded here (late rows map back by id)

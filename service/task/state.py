@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from connectors.serde import Decoded
 from service.task.config import TaskConfig
-from windowstore import SlidingWindowProcessor, TaskProcessor, parse_aggregations
+from windowstore import TaskProcessor
 
 __all__ = [
     "TaskState",
@@ -282,12 +282,4 @@ def read_log(state: TaskState, parity: int, i: int, fields: Sequence[str]) -> tu
 def new_processor(cfg: TaskConfig, meta: Any, n_buckets: int) -> tuple[TaskProcessor, BucketSource]:
     """A task's processor at its snapshot (``meta`` None: a new task), keys loaded from its buckets on demand."""
     source = BucketSource(n_buckets)
-    proc = SlidingWindowProcessor.from_state(
-        cfg.windows,
-        parse_aggregations(cfg.aggregations),
-        cfg.emit,
-        meta,
-        source,
-        **cfg.processor_options(),
-    )
-    return proc, source
+    return cfg.new_processor(meta, source), source

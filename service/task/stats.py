@@ -216,11 +216,16 @@ STATS: tuple[StatSpec, ...] = (
     StatSpec("changelog", _Z),  # changelog records produced
     StatSpec("windows_created", _Z, CounterSpec("windows_created_total", "Windows created")),
     StatSpec("windows_updated", _Z, CounterSpec("windows_updated_total", "Existing windows updated")),
-    # closed windows a partially-late record skipped (R13)
+    # closed windows a record skipped: sliding, those of a partially-late record (R13); time windows, every closed
+    # window of a record, a fully late one's too (T7, Kafka Streams' dropped-records-total)
     StatSpec(
         "skipped_windows",
         _Z,
-        CounterSpec("skipped_windows_total", "Closed windows a partially-late record skipped (R13)"),
+        CounterSpec(
+            "skipped_windows_total",
+            "Closed windows a record skipped (sliding: of partially-late records, R13; tumbling/hopping: every "
+            "closed window of a record, T7)",
+        ),
     ),
     StatSpec("windows_expired", _Z, CounterSpec("windows_expired_total", "Windows removed by retention")),
     # 1 when the worker's cached processor was valid (no state reads)

@@ -3,6 +3,7 @@ computed by replaying each partition through ``windowstore`` (the reference for 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections import defaultdict
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.serde import BadRecord, InputDecoder, InputSpec, aggregation_fields
-from windowstore import SlidingWindowProcessor, SlidingWindows, parse_aggregations
+from windowstore import TaskProcessor, WindowDefinition, new_task_processor, parse_aggregations
 
 __all__ = ["Event", "payment_events", "Expected", "replay", "BAD_KINDS"]
 
@@ -140,18 +141,21 @@ def _aggregates(spec: str, value: Any) -> dict[str, Any]:
 def replay(
     events: list[Event],
     *,
-    td: int,
+    td: int = 0,
     grace: int,
     aggregations: str,
     emit: str,
     spec: InputSpec | None = None,
     registry: Any = None,
+    window: WindowDefinition | None = None,
 ) -> Expected:
-    """Feed each partition's events (offset = position within the partition) through one processor."""
+    """Feed each partition's events (offset = position within the partition) through one processor: sliding
+    windows of time difference ``td``, or the windows ``window`` (its grace is ``grace``)."""
     spec = spec or InputSpec(fields=aggregation_fields(aggregations))
     decoder = InputDecoder(spec, registry=registry)
     exp = Expected()
-    procs: dict[int, SlidingWindowProcessor] = {}
+    procs: dict[int, TaskProcessor] = {}
+    definition = dataclasses.replace(window or WindowDefinition("sliding", td), grace_ms=grace)
     offsets: dict[int, int] = defaultdict(int)
     for ev in events:
         off = offsets[ev.partition]
@@ -163,10 +167,10 @@ def replay(
             continue
         proc = procs.get(ev.partition)
         if proc is None:
-            proc = procs[ev.partition] = SlidingWindowProcessor(
-                SlidingWindows(td, grace), parse_aggregations(aggregations), emit, collect_drops=True
+            proc = procs[ev.partition] = new_task_processor(
+                definition, parse_aggregations(aggregations), emit, None, {}.get, collect_drops=True
             )
-        ups = proc.process(k, v, t)
+        ups = proc.process(k, v, t) or []
         if emit == "update":
             ups = proc.flush()  # the final value of a window does not depend on when the cache is flushed
         if proc.take_drops():

@@ -22,6 +22,7 @@ __all__ = [
     "consume_all",
     "committed_offsets",
     "wait_until_committed",
+    "run_until_committed",
     "OutRecord",
 ]
 
@@ -236,3 +237,15 @@ def wait_until_committed(
     raise AssertionError(
         f"not all input committed within {timeout}s (last {committed_offsets(checkpoint)}):\n{service.tail()}"
     )
+
+
+def run_until_committed(args: Sequence[str], log: Path, checkpoint: Path, topic: str, ends: dict[int, int]) -> int:
+    """Run the service with ``args`` until it committed a micro-batch that reached ``ends`` of ``topic``, stop it
+    (it must exit 0); the id of that micro-batch."""
+    svc = ServiceProcess(args, log).start()
+    try:
+        batch = wait_until_committed(checkpoint, topic, ends, svc)
+    finally:
+        rc = svc.stop()
+    assert rc == 0, svc.tail()
+    return batch

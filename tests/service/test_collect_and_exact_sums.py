@@ -24,6 +24,7 @@ from service.task.state import DictTaskState
 from service.worker.cache import WORKER
 from service.worker.run import process_task_batch
 from tests.service.schema_registry_double import SchemaRegistryDouble
+from windowstore import WindowDefinition
 
 AGGS = "count,sum:amount,max:amount,collect:note,first:note"
 BIG = 2**62
@@ -61,8 +62,7 @@ def _records():
 def _run(fmt: str, emit: str, batch: bool, client: SchemaRegistryClient | None):
     WORKER.clear()
     cfg = TaskConfig(
-        100,
-        0,
+        WindowDefinition("sliding", 100, grace_ms=0),
         AGGS,
         emit,
         InputSpec(format="json", timestamp_field="ts", fields=aggregation_fields(AGGS)),

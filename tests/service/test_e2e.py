@@ -16,7 +16,14 @@ from connectors.schema_registry import SchemaRegistry
 from connectors.serde import InputSpec, aggregation_fields
 from service.settings import Settings
 from tests.service.events import Event, changelog_final, payment_events, replay
-from tests.service.harness import ServiceProcess, committed_offsets, consume_all, produce, wait_until_committed
+from tests.service.harness import (
+    ServiceProcess,
+    committed_offsets,
+    consume_all,
+    produce,
+    run_until_committed,
+    wait_until_committed,
+)
 from tests.service.schema_registry_double import SchemaRegistryDouble
 
 pytestmark = pytest.mark.integration
@@ -27,7 +34,14 @@ PARTITIONS = 3
 OTHER_SINK = "spark" if Settings().sink == "direct" else "direct"
 
 
-def service_args(bootstrap: str, topics: dict[str, str], checkpoint: Path, *extra: str) -> list[str]:
+def service_args(
+    bootstrap: str,
+    topics: dict[str, str],
+    checkpoint: Path,
+    *extra: str,
+    window: tuple[str, ...] = ("--time-difference", f"{TD}ms"),
+) -> list[str]:
+    """The service's flags for ``topics`` (sliding windows of ``TD`` unless ``window`` says otherwise)."""
     return [
         "--bootstrap-servers", bootstrap,
         "--input-topics", topics["in"],
@@ -35,7 +49,7 @@ def service_args(bootstrap: str, topics: dict[str, str], checkpoint: Path, *extr
         "--late-topic", topics["late"],
         "--dead-letter-topic", topics["dlq"],
         "--aggregations", AGGS,
-        "--time-difference", f"{TD}ms",
+        *window,
         "--grace", f"{GRACE}ms",
         "--checkpoint-dir", str(checkpoint),
         "--trigger-interval", "0",
@@ -88,26 +102,19 @@ def run_json_update(bootstrap, topics, tmp_path, n_events, seed, *extra):
     assert all(notes[n] for n in ("ooo", "late", "dup", "bad")), notes
     ends = produce(bootstrap, topics["in"], events)
     ck = tmp_path / "checkpoint"
-    svc = ServiceProcess(
-        service_args(
-            bootstrap,
-            topics,
-            ck,
-            "--changelog-format",
-            "json",
-            "--changelog-key-format",
-            "json",
-            "--max-offsets-per-trigger",
-            "1000",
-            *extra,
-        ),
-        tmp_path / "service.log",
-    ).start()
-    try:
-        batch = wait_until_committed(ck, topics["in"], ends, svc)
-    finally:
-        rc = svc.stop()
-    assert rc == 0, svc.tail()
+    args = service_args(
+        bootstrap,
+        topics,
+        ck,
+        "--changelog-format",
+        "json",
+        "--changelog-key-format",
+        "json",
+        "--max-offsets-per-trigger",
+        "1000",
+        *extra,
+    )
+    batch = run_until_committed(args, tmp_path / "service.log", ck, topics["in"], ends)
     assert batch >= 2  # the state crossed micro-batches
 
     exp = replay(events, td=TD, grace=GRACE, aggregations=AGGS, emit="update")

@@ -20,6 +20,7 @@ from service.worker import owners
 from service.worker.cache import WORKER
 from service.worker.run import process_task_batch
 from tests.service.events import payment_events
+from windowstore import WindowDefinition
 
 pytestmark = pytest.mark.skipif(not owners.SUPPORTED, reason="abstract Unix sockets are Linux-only")
 
@@ -29,8 +30,7 @@ TOPIC = "in"
 
 def config(key: str = "k" * 32, sink: str = "spark") -> TaskConfig:
     return TaskConfig(
-        1000,
-        300,
+        WindowDefinition("sliding", 1000, grace_ms=300),
         AGGS,
         "update",
         InputSpec(fields=aggregation_fields(AGGS)),

@@ -25,6 +25,7 @@ from service.task.state import DictTaskState
 from service.worker.cache import WORKER
 from service.worker.run import process_task_batch
 from tests.service.schema_registry_double import SchemaRegistryDouble
+from windowstore import WindowDefinition
 
 AGGS = "count,sum:amount,max:amount,mean:amount,first:note,collect:note"
 
@@ -87,8 +88,7 @@ _KAFKA_TS = st.one_of(st.integers(0, 2 * 10**12), st.sampled_from([0, MAX_TIMEST
 
 def _config(timestamp_field: str, fmt: str = "json", url: str = "", batch: bool = True) -> TaskConfig:
     return TaskConfig(
-        1000,
-        300,
+        WindowDefinition("sliding", 1000, grace_ms=300),
         AGGS,
         "update",
         InputSpec(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gc
 import json
 import pickle
@@ -22,6 +23,7 @@ from service.task.runner import TaskBatch, TaskRunner
 from service.task.state import DictTaskState, TaskState, decode_bucket, encode_bucket
 from service.worker.cache import WorkerCache
 from tests.service.events import changelog_final, payment_events, replay
+from windowstore import WindowDefinition
 
 AGGS = "count,sum:amount,max:amount"
 
@@ -35,11 +37,12 @@ def config(
     cache: bool = True,
     snapshot_every: int = TaskConfig.state_snapshot_every,
     aggs: str = AGGS,
+    window: WindowDefinition | None = None,
     **spec_kw,
 ) -> TaskConfig:
+    """A task config of sliding windows (``td``), or of ``window`` (with ``grace``)."""
     return TaskConfig(
-        td,
-        grace,
+        dataclasses.replace(window or WindowDefinition("sliding", td), grace_ms=grace),
         aggs,
         emit,
         InputSpec(fields=aggregation_fields(aggs), **spec_kw),
@@ -237,6 +240,39 @@ def test_task_batches_equal_windowstore_replay(emit, buckets, cache, fail_every,
     assert all(h["reason"] == b"late" and int(h["stream_time"]) > int(h["timestamp"]) for *_x, h in rows["late"])
     dead = {(p, int(h["offset"])): h["error"].decode() for p, _k, _v, h in rows["dlq"]}
     assert dead == exp.dead
+
+
+@pytest.mark.parametrize(
+    ("window", "emit", "batch_path", "cache", "fail_every", "snapshot_every"),
+    [
+        (WindowDefinition("tumbling", 1000), "update", True, True, 0, 8),
+        (WindowDefinition("tumbling", 1000), "close", False, False, 3, 3),
+        (WindowDefinition("tumbling", 700), "every", False, True, 2, 1),
+        (WindowDefinition("hopping", 1000, 300), "update", True, False, 0, 3),
+        (WindowDefinition("hopping", 1000, 300), "close", True, True, 4, 5),
+        (WindowDefinition("hopping", 1000, 250), "every", True, True, 0, 8),
+        (WindowDefinition("hopping", 1000, 300), "update", False, True, 2, 2),
+    ],
+)
+def test_time_window_task_batches_equal_the_engine(window, emit, batch_path, cache, fail_every, snapshot_every):
+    """Tumbling and hopping windows through the task path (state between micro-batches, snapshots, log replay,
+    failed batches) give what one TimeWindowProcessor per partition gives: the same final windows, late records
+    and dead letters; in every mode the same sequence."""
+    events = payment_events(3000, seed=13)
+    exp = replay(events, grace=300, aggregations=AGGS, emit=emit, window=window)
+    cfg = config(emit, window=window, batch=batch_path, cache=cache, snapshot_every=snapshot_every)
+    rows, totals = run_in_batches(cfg, events, fail_every=fail_every)
+    assert totals["aggregated"] + totals["late"] + totals["dead_lettered"] == totals["records"] == len(events)
+    assert totals["late"] == len(exp.late) > 0 and totals["aggregated"] == exp.aggregated
+    final = changelog_final((key, value) for _p, key, value, _h in rows["changelog"])
+    assert final == exp.final
+    assert all(end - start == window.size_ms for _k, start, end in final)  # Window.end(): exclusive
+    if emit == "every":
+        assert every_sequence(rows) == dict(exp.sequence)
+    if emit == "close":
+        assert len(rows["changelog"]) == len(final)
+    assert {(p, int(h["offset"])) for p, _k, _v, h in rows["late"]} == exp.late
+    assert {(p, int(h["offset"])): h["error"].decode() for p, _k, _v, h in rows["dlq"]} == exp.dead
 
 
 @pytest.mark.parametrize(

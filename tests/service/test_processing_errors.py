@@ -18,7 +18,7 @@ from service.task.state import DictTaskState
 from service.task.stats import dead_letter_stat
 from service.worker.cache import WORKER
 from service.worker.run import process_task_batch
-from windowstore import aggregations
+from windowstore import WindowDefinition, aggregations
 
 AGGS = "count,fragile:amount,max:amount"
 POISON = 13
@@ -44,8 +44,7 @@ def _fragile(monkeypatch):
 
 def config(handler: str, emit: str = "update", batch: bool = True) -> TaskConfig:
     return TaskConfig(
-        1000,
-        300,
+        WindowDefinition("sliding", 1000, grace_ms=300),
         AGGS,
         emit,
         InputSpec(fields=aggregation_fields(AGGS)),
