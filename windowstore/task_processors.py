@@ -23,7 +23,7 @@ from typing import Any
 from .aggregations import Aggregation
 from .contract import TaskProcessor
 from .processor import SlidingWindowProcessor
-from .session_windows import SessionWindows
+from .session_windows import SessionWindowProcessor, SessionWindows
 from .time_windows import TimeWindowProcessor, TimeWindows
 from .updates import EmitMode
 from .windows import ConfigError, SlidingWindows
@@ -110,7 +110,4 @@ def new_task_processor(
         return SlidingWindowProcessor.from_state(windows, aggregation, emit, meta, loader, **options)
     if isinstance(windows, TimeWindows):
         return TimeWindowProcessor.from_state(windows, aggregation, emit, meta, loader, **options)
-    raise NotImplementedError(
-        "session windows do not run in the service yet: SessionWindowProcessor does not meet the task-processor "
-        "contract (windowstore.contract.TaskProcessor)"
-    )
+    return SessionWindowProcessor.from_state(windows, aggregation, emit, meta, loader, **options)

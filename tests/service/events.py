@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.serde import BadRecord, InputDecoder, InputSpec, aggregation_fields
-from windowstore import TaskProcessor, WindowDefinition, new_task_processor, parse_aggregations
+from windowstore import TaskProcessor, WindowDefinition, is_tombstone, new_task_processor, parse_aggregations
 
 __all__ = ["Event", "payment_events", "Expected", "replay", "BAD_KINDS"]
 
@@ -122,7 +122,8 @@ def payment_events(
 class Expected:
     """What the service must produce for some events, per windowstore replay per partition."""
 
-    #: (key, start, end) -> (aggregates dict, record_count, max_timestamp): last value of every window
+    #: (key, start, end) -> (aggregates dict, record_count, max_timestamp): last value of every window (sessions:
+    #: of every live session - a tombstone removes the session it names)
     final: dict[tuple[str, int, int], tuple[Any, int, int]] = field(default_factory=dict)
     #: (partition, offset) of records dropped as late
     late: set[tuple[int, int]] = field(default_factory=set)
@@ -178,6 +179,10 @@ def replay(
         else:
             exp.aggregated += 1
         for u in ups:
+            if is_tombstone(u):  # a session a merge or an extension replaced: gone from a compacted changelog
+                exp.final.pop((u.key, u.start, u.end), None)
+                exp.sequence[ev.partition].append((u.key, u.start, u.end, None, 0, u.ts))
+                continue
             agg = _aggregates(aggregations, u.value)
             exp.final[(u.key, u.start, u.end)] = (agg, u.count, u.ts)
             exp.sequence[ev.partition].append((u.key, u.start, u.end, agg, u.count, u.ts))

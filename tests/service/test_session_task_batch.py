@@ -2,10 +2,9 @@
 snapshot + log) with a session-window processor, no Spark: the changelog, late records and counters of every batch
 equal a session processor fed the same records directly, across a restore from the task state.
 
-``process_task_batch`` makes a *new* processor with ``service.task.state.new_processor``, which builds sliding
-windows from the TaskConfig until the window-type factory (``windowstore.new_task_processor``) is wired in; here the
-session processor reaches it through the worker cache (a token-matching :class:`CachedTask`), and the restore
-repeats what ``process_task_batch`` does on a cache miss (meta + key buckets + the log replayed) by hand."""
+``process_task_batch`` makes the task's processor from the TaskConfig's window definition
+(``windowstore.new_task_processor``); before the fifth batch the worker cache forgets it, so that batch restores it
+from the task state (the snapshot's meta, key buckets on demand, the log replayed)."""
 
 from __future__ import annotations
 
@@ -16,8 +15,8 @@ from connectors.serde import InputSpec, aggregation_fields
 from service.task.batch import CachedTask, TaskKey, process_task_batch
 from service.task.config import TaskConfig
 from service.task.runner import TaskBatch, TaskRunner
-from service.task.state import BucketSource, DictTaskState, Token, read_log
-from windowstore import SessionWindowProcessor, SessionWindows, is_tombstone, parse_aggregations
+from service.task.state import DictTaskState, Token
+from windowstore import SessionWindowProcessor, SessionWindows, WindowDefinition, is_tombstone, parse_aggregations
 
 AGGS = "count,sum:amount,max:amount"
 GAP, GRACE = 50, 20
@@ -38,18 +37,6 @@ class TaskCache:
         self.entries[key] = entry
 
 
-def _processor(meta: bytes | None, loader: BucketSource | None = None) -> SessionWindowProcessor:
-    return SessionWindowProcessor.from_state(
-        SessionWindows(GAP, GRACE),
-        parse_aggregations(AGGS),
-        "update",
-        meta,
-        loader if loader is not None else (lambda key: None),
-        collect_drops=True,
-        batch=True,
-    )
-
-
 BATCHES = [
     [("a", 1, 0), ("b", 2, 10), ("a", 3, 40), ("c", 4, 45)],
     [("a", 5, 120), ("b", 6, 30), ("a", 7, 80)],  # b@30 late (close 50); a@80 bridges [0,40] (tombstone), [120,120]
@@ -64,35 +51,23 @@ def test_session_processor_through_the_task_path() -> None:
     spec = ChangelogSpec("windowed", "json", AGGS, window="session")
     fields = aggregation_fields(AGGS)
     cfg = TaskConfig(
-        0, GRACE, AGGS, "update", InputSpec(fields=fields), spec, "out", "late", "dlq", state_buckets=4,
-        state_snapshot_every=3,
+        WindowDefinition("session", gap_ms=GAP, grace_ms=GRACE), AGGS, "update", InputSpec(fields=fields), spec,
+        "out", "late", "dlq", state_buckets=4, state_snapshot_every=4,
     )  # fmt: skip
     runner = TaskRunner(cfg)
     state = DictTaskState()
     cache = TaskCache()
     task: TaskKey = (cfg, "in", 0)
-    source = BucketSource(cfg.state_buckets)
-    proc = _processor(None, source)
-    state.set_task(proc.export_meta(), "seed", cfg.state_buckets)
-    cache.add(task, CachedTask("seed", proc, source, runner))
 
-    ref = _processor(None)
+    ref = SessionWindowProcessor(SessionWindows(GAP, GRACE), parse_aggregations(AGGS), "update", collect_drops=True)
     encoder = ChangelogEncoder(spec)
     offset = 0
     tombstones = late = 0
     for n, batch in enumerate(BATCHES):
-        if n == 4:  # the restore of a cache miss: the snapshot's meta, its key buckets on demand, the log replayed
-            meta, token, n_buckets = state.get_task()  # type: ignore[misc]
-            cur = Token.parse(token)
+        if n == 4:  # a cache miss: the snapshot's meta, its key buckets on demand, the log replayed
+            cur = Token.parse(state.get_task()[1])  # type: ignore[index]
             assert cur.entries > 0 and any(b >= 0 for b in state.buckets), "a snapshot and log entries after it"
             cache.take(task)
-            source = BucketSource(n_buckets)
-            source.bind(state)
-            proc = _processor(meta, source)
-            for i in range(cur.entries):
-                runner.replay(proc, read_log(state, cur.parity, i, cfg.value_fields)[1])
-            source.release()
-            cache.add(task, CachedTask(token, proc, source, runner))
         keys = [k.encode() for k, _v, _t in batch]
         values = [json.dumps({"amount": v}).encode() for _k, v, _t in batch]
         timestamps = [BASE + t for _k, _v, t in batch]
@@ -101,7 +76,8 @@ def test_session_processor_through_the_task_path() -> None:
         out = process_task_batch(
             runner, state, TaskBatch("in", 0, offsets, keys, values, timestamps, EMIT_TIME), cache=cache
         )
-        assert cache.entries[task].proc is proc  # the session processor ran the batch
+        proc = cache.entries[task].proc
+        assert isinstance(proc, SessionWindowProcessor)  # the factory made a session processor
 
         for k, v, t in batch:
             ref.process(k, {"amount": v}, BASE + t)
