@@ -240,7 +240,8 @@ def spark_settings(args, bootstrap, topic, out_topic, ckpt):
         changelog_format="json",
         changelog_key_format="json",
         aggregations="count,sum:amount,max:sent",
-        **window_settings(args),
+        # the built-in query only borrows the Spark session settings
+        **(window_settings(args) if args.system == "service" else {"time_difference": args.td}),
         grace=args.grace,
         emit="update",
         checkpoint_dir=ckpt,
