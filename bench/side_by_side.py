@@ -39,6 +39,16 @@ timestamp is the broker's wall clock when it was appended, for every system alik
 * **peak RSS** = the largest sum of VmRSS over the process and all its descendants (JVM, Python workers), sampled
   every 0.5 s. Each JVM gets ``-Xmx1g`` (Spark's driver default of 1g; the same for the Kafka Streams app).
 
+**Window types** (``--window``, issue 31): ``sliding`` (the default, everything above), ``tumbling`` (``--size``,
+default ``--td``), ``hopping`` (``--size`` and ``--advance``, default ``--td`` and ``--td``/10) and ``session``
+(``--gap``, default ``--td``/5: with 10 records per key and ``--td`` about one record a second per key, so
+sessions grow and merge). Every system runs the same definition: Kafka Streams ``TimeWindows`` /
+``SessionWindows``, the service's ``window`` settings, Spark's ``window(ts, size, advance)`` /
+``session_window(ts, gap)``. Spark refuses update mode for session windows (SPARK-36463), so its session query
+runs in append mode: it writes a session once the watermark passes its end, and its latency reads that. Kafka
+Streams and the service forward a tombstone for every session a merge replaces; tombstones are counted as
+outputs and left out of the latency.
+
 Ratios are to Kafka Streams in the same cell (same run, same load). Prints a Markdown table; ``--out`` appends it
 with the command line and load averages; ``--plots`` writes throughput.png and latency.png.
 """
@@ -196,6 +206,28 @@ def kstreams_classpath() -> str:
     return f"{KSTREAMS_DIR / 'target' / 'classes'}{os.pathsep}{cp.read_text().strip()}"
 
 
+WINDOWS = ("sliding", "tumbling", "hopping", "session")
+
+
+def window_bounds(args) -> tuple[int, int, int]:
+    """``(size, advance, gap)`` in ms of ``--window`` (defaults from ``--td``, see the module docstring)."""
+    size = args.size or args.td
+    advance = size if args.window == "tumbling" else (args.advance or max(1, size // 10))
+    return size, advance, args.gap or max(1, args.td // 5)
+
+
+def window_settings(args) -> dict:
+    """The service's window settings for ``--window``."""
+    if args.window == "sliding":
+        return {"time_difference": args.td}
+    size, advance, gap = window_bounds(args)
+    if args.window == "session":
+        return {"window": "session", "gap": gap}
+    if args.window == "tumbling":
+        return {"window": "tumbling", "window_size": size}
+    return {"window": "hopping", "window_size": size, "advance": advance}
+
+
 def spark_settings(args, bootstrap, topic, out_topic, ckpt):
     from service.settings import Settings
 
@@ -208,7 +240,8 @@ def spark_settings(args, bootstrap, topic, out_topic, ckpt):
         changelog_format="json",
         changelog_key_format="json",
         aggregations="count,sum:amount,max:sent",
-        time_difference=args.td,
+        # the built-in query only borrows the Spark session settings
+        **(window_settings(args) if args.system == "service" else {"time_difference": args.td}),
         grace=args.grace,
         emit="update",
         checkpoint_dir=ckpt,
@@ -221,8 +254,10 @@ def spark_settings(args, bootstrap, topic, out_topic, ckpt):
     )
 
 
-def builtin_query(spark, bootstrap, topic, out_topic, ckpt, td_ms, hop_ms, grace_ms, batch):
-    """bench/service_bench.py's built-in query (count, sum, max over hopping windows) plus max(sent)."""
+def builtin_query(spark, bootstrap, topic, out_topic, ckpt, args):
+    """bench/service_bench.py's built-in query (count, sum, max over hopping windows of ``--td``, hop ``--td``/10)
+    plus max(sent); with ``--window``: ``window(ts, size, advance)`` or ``session_window(ts, gap)``."""
+    grace_ms, batch = args.grace, args.batch
     from pyspark.sql import functions as F
 
     from service.spark_kafka_options import SOURCE_DEFAULTS
@@ -242,9 +277,16 @@ def builtin_query(spark, bootstrap, topic, out_topic, ckpt, td_ms, hop_ms, grace
         F.get_json_object(v, "$.amount").cast("long").alias("amount"),
         F.get_json_object(v, "$.sent").cast("long").alias("sent"),
     )
+    size, advance, gap = window_bounds(args)
+    if args.window == "sliding":
+        size, advance = args.td, args.td // 10
+    if args.window == "session":
+        window = F.session_window("ts", f"{gap} milliseconds")
+    else:
+        window = F.window("ts", f"{size} milliseconds", f"{advance} milliseconds")
     agg = (
         df.withWatermark("ts", f"{grace_ms} milliseconds")
-        .groupBy(F.window("ts", f"{td_ms} milliseconds", f"{hop_ms} milliseconds"), "k")
+        .groupBy(window.alias("window"), "k")
         .agg(F.count("*").alias("count"), F.sum("amount").alias("sum_amount"), F.max("sent").alias("max_sent"))
     )
     out = agg.select(
@@ -269,7 +311,7 @@ def builtin_query(spark, bootstrap, topic, out_topic, ckpt, td_ms, hop_ms, grace
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", out_topic)
         .option("checkpointLocation", ckpt)
-        .outputMode("update")
+        .outputMode("append" if args.window == "session" else "update")  # SPARK-36463: no update mode for sessions
         .start()
     )
 
@@ -287,17 +329,7 @@ def spark_child(args) -> int:
 
         q = start_query(spark, s, prepare(s))
     else:
-        q = builtin_query(
-            spark,
-            args.bootstrap_servers,
-            args.topic,
-            args.out_topic,
-            args.ckpt,
-            args.td,
-            args.td // 10,
-            args.grace,
-            args.batch,
-        )
+        q = builtin_query(spark, args.bootstrap_servers, args.topic, args.out_topic, args.ckpt, args)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     seen: dict[int, int] = {}
@@ -354,6 +386,8 @@ def command(system, args, bootstrap, topic, out_topic, work):
             str(args.commit_ms),
             str(work / f"ks-{out_topic}"),
             f"app-{out_topic}",
+            args.window,
+            *map(str, window_bounds(args)),
         ]
     if system == "plain":
         return [
@@ -390,7 +424,20 @@ def command(system, args, bootstrap, topic, out_topic, work):
         str(args.partitions),
         "--cores",
         str(args.cores),
+        *window_args(args),
     ]
+
+
+def window_args(args) -> list[str]:
+    """The window options, as the ``_spark`` child takes them."""
+    return ["--window", args.window, "--size", str(args.size), "--advance", str(args.advance), "--gap", str(args.gap)]
+
+
+def add_window_options(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--window", choices=WINDOWS, default="sliding", help="the window type every system runs")
+    ap.add_argument("--size", type=int, default=0, help="tumbling/hopping window size in ms (0: --td)")
+    ap.add_argument("--advance", type=int, default=0, help="hopping advance in ms (0: size/10)")
+    ap.add_argument("--gap", type=int, default=0, help="session inactivity gap in ms (0: --td/5)")
 
 
 # ------------------------------------------------------------------------------------------------- measuring
@@ -400,6 +447,9 @@ def read_output(bootstrap, topic, system):
     """(append time ms, max_sent) of every record of ``topic``."""
     rows = []
     for m in sb.read_to_end(bootstrap, topic, chunk=10000):
+        if m.value() is None:  # a session replaced by a merge: an output without a window to time
+            rows.append((m.timestamp()[1], None))
+            continue
         v = json.loads(m.value())
         if system == "service":
             sent = v["aggregates"]["max_sent"]
@@ -412,8 +462,8 @@ def read_output(bootstrap, topic, system):
 
 
 def measure(system, rows, n_backlog, live_start_ms):
-    back = [t for t, s in rows if s < live_start_ms]
-    lat = sorted(t - s for t, s in rows if s >= live_start_ms)
+    back = [t for t, s in rows if s is not None and s < live_start_ms]
+    lat = sorted(t - s for t, s in rows if s is not None and s >= live_start_ms)
     r = {"outputs": len(rows), "backlog_outputs": len(back)}
     if len(back) > 1 and max(back) > min(back):
         r["rec_per_s"] = n_backlog / ((max(back) - min(back)) / 1000)
@@ -598,6 +648,7 @@ def main() -> int:
             ap.add_argument(a, required=True)
         for a in ("--td", "--grace", "--batch", "--partitions", "--cores"):
             ap.add_argument(a, type=int, required=True)
+        add_window_options(ap)
         return spark_child(ap.parse_args(sys.argv[2:]))
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -611,6 +662,7 @@ def main() -> int:
     ap.add_argument("--cells", default="inorder-10,ooo-10,inorder-1000,ooo-1000")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--td", type=int, default=10_000)
+    add_window_options(ap)
     ap.add_argument("--grace", type=int, default=2_000)
     ap.add_argument("--partitions", type=int, default=2, help="input/output partitions = KS threads = Spark tasks")
     ap.add_argument("--cores", type=int, default=2, help="Spark local[N]")
@@ -664,10 +716,11 @@ def main() -> int:
     load_after = os.getloadavg()
     text = table(results, systems)
     cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT), *sys.argv[1:]])
+    windows = "" if args.window == "sliding" else f"{args.window} windows (size/advance/gap {window_bounds(args)} ms), "
     header = (
         f"\n### {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC - `{cmd}`\n\n"
         f"{args.records:,} (10/window) / {args.records_dense:,} (1,000/window) backlog records per system and cell, "
-        f"td {args.td} ms, grace {args.grace} ms, "
+        f"{windows}td {args.td} ms, grace {args.grace} ms, "
         f"{args.partitions} partitions, Spark batch {args.batch:,}, KS commit {args.commit_ms} ms, live "
         f"{args.live_rate:.0f} / {args.live_rate_dense:.0f} rec/s for {args.live_seconds:.0f} s; "
         f"{os.cpu_count()} vCPUs, load average "
