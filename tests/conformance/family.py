@@ -2,13 +2,14 @@
 
 Library for ``test_family_differential.py`` and a command line to hunt for mismatches over seed ranges::
 
-    python -m tests.conformance.family --cases 3000 --seed 7 [--window session] [--emit update] [--json]
+    python -m tests.conformance.family --cases 3000 --seed 7 [--window session] [--emit update] \\
+        [--aggregation variance] [--json]
 
 A case is the oracle's (``oracle.py``): ``{"window": "tumbling"|"hopping"|"session", "size_ms", "advance_ms",
 "gap_ms", "grace_ms", "aggregation", "emit", "input"}``. The generator (:func:`generate_family_case`, any int
 seed) draws realistic epoch-millisecond timestamps at the window's own scale with out-of-order, late, duplicate
 and (sessions) bridging records, jumps past the stores' 60 s segments, grace 0 in a third of the cases, null keys,
-null values (count, collect) and non-ASCII keys (the emit-on-close key order is by UTF-8 bytes).
+null values (count, collect, first, last) and non-ASCII keys (the emit-on-close key order is by UTF-8 bytes).
 
 Equality (every emit mode): the sequences of ``(input_index, key, window_start, window_end, value, ts)`` are equal,
 order included - ``input_index`` is the record whose processing (or, in ``update`` mode, the record cache's flush
@@ -47,6 +48,10 @@ __all__ = [
 FAMILY_WINDOWS = ("tumbling", "hopping", "session")
 EMITS = ("every", "update", "close")
 AGGREGATIONS = ("collect", "collect", "collect", "count", "sum", "min", "max", "mean")
+#: the issue's other aggregations: cases of their own (``generate_family_cases(aggregations=...)``), so that the
+#: seeds above keep drawing the cases they always drew
+MORE_AGGREGATIONS = ("variance", "stddev", "first", "last")
+ANY_VALUE = ("collect", "count", "first", "last")  # aggregations that take any value (null, strings) as input
 KEYS = ("a", "b", "A", "ab", "é", "z")
 BASE_TS = 1_764_000_000_000  # 2025-11-24, epoch ms
 LONG_RETENTION_MS = 30 * 24 * 3600 * 1000  # 30 days: segments of 15 days
@@ -70,13 +75,16 @@ def _window_params(rng: random.Random, window: str) -> tuple[dict[str, int], int
     return {"gap_ms": gap}, max(gap, 1)
 
 
-def generate_family_case(seed: int, *, window: str | None = None, emit: str | None = None) -> dict[str, Any]:
+def generate_family_case(
+    seed: int, *, window: str | None = None, emit: str | None = None, aggregation: str | None = None
+) -> dict[str, Any]:
     rng = random.Random(seed)
     window = window or rng.choice(FAMILY_WINDOWS)
     emit = emit or rng.choice(EMITS)
     params, scale = _window_params(rng, window)
     grace = rng.choice([0, 0, 0, 1, scale // 3, scale, 2 * scale + 7, 90_000])
-    aggregation = rng.choice(AGGREGATIONS)
+    drawn = rng.choice(AGGREGATIONS)  # drawn even when given: the rest of the case is the seed's either way
+    aggregation = aggregation or drawn
     keys = rng.sample(KEYS, rng.choice([1, 1, 2, 3, 4]))
     n = rng.choice([1, 2, 3, 5, 8, 12, 20, 30, 45])
     t = BASE_TS + rng.randrange(0, 10 * scale + 1)
@@ -102,7 +110,7 @@ def generate_family_case(seed: int, *, window: str | None = None, emit: str | No
         t = max(t, BASE_TS)
         st = max(st, t)
         key: str | None = rng.choice(keys) if rng.random() > 0.03 else None
-        if aggregation in ("collect", "count"):
+        if aggregation in ANY_VALUE:
             value: Any = rng.choice([rng.randrange(-5, 50), rng.randrange(-5, 50), "x", None, 2.5])
         elif rng.random() < 0.2:
             value = rng.choice([0.5, -1.25, 3.0, 1e3])
@@ -127,14 +135,20 @@ def generate_family_case(seed: int, *, window: str | None = None, emit: str | No
 
 
 def generate_family_cases(
-    n: int, *, seed: int = 0, windows: tuple[str, ...] = FAMILY_WINDOWS, emits: tuple[str, ...] = EMITS
+    n: int,
+    *,
+    seed: int = 0,
+    windows: tuple[str, ...] = FAMILY_WINDOWS,
+    emits: tuple[str, ...] = EMITS,
+    aggregations: tuple[str | None, ...] = (None,),
 ) -> list[dict[str, Any]]:
-    """``n`` cases, round-robin over windows x emits, seeds ``seed .. seed + n - 1``."""
-    combos = [(w, e) for w in windows for e in emits]
+    """``n`` cases, round-robin over windows x emits x aggregations (``None``: the seed draws one of
+    :data:`AGGREGATIONS`), seeds ``seed .. seed + n - 1``."""
+    combos = [(w, e, a) for w in windows for e in emits for a in aggregations]
     out = []
     for i in range(n):
-        w, e = combos[i % len(combos)]
-        c = generate_family_case(seed + i, window=w, emit=e)
+        w, e, a = combos[i % len(combos)]
+        c = generate_family_case(seed + i, window=w, emit=e, aggregation=a)
         c["id"] = seed + i
         out.append(c)
     return out
@@ -372,11 +386,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--window", choices=FAMILY_WINDOWS, action="append")
     p.add_argument("--emit", choices=EMITS, action="append")
+    p.add_argument("--aggregation", choices=sorted({*AGGREGATIONS, *MORE_AGGREGATIONS}), action="append")
     p.add_argument("--shrink", type=int, default=2)
     p.add_argument("--json", action="store_true", help="one JSON line per mismatch on stdout")
     a = p.parse_args(argv)
     cases = generate_family_cases(
-        a.cases, seed=a.seed, windows=tuple(a.window or FAMILY_WINDOWS), emits=tuple(a.emit or EMITS)
+        a.cases,
+        seed=a.seed,
+        windows=tuple(a.window or FAMILY_WINDOWS),
+        emits=tuple(a.emit or EMITS),
+        aggregations=tuple(a.aggregation or (None,)),
     )
     t0 = time.monotonic()
     stats: dict[str, Any] = {}

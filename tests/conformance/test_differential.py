@@ -4,6 +4,8 @@ Environment:
 - ``CONFORMANCE_CASES``  number of generated cases (default 2000), split round-robin over every/update/close.
 - ``CONFORMANCE_SEED``   first seed (default 0); ``random`` picks one (printed in the failure message).
 - ``CONFORMANCE_SHRINK`` mismatches shrunk to a minimal case per kind (default 3).
+- ``CONFORMANCE_MORE_CASES`` cases per aggregation of variance, stddev, first and last (default 30; seeds of their
+  own), on top of the generated ones (which draw collect mostly, else count, sum, min, max, mean).
 
 See ``differential.py`` for what "equal" means per emit mode, and for a command line that hunts over seed ranges.
 """
@@ -16,7 +18,7 @@ import random
 import pytest
 
 from . import differential as diff
-from .generate import generate_cases
+from .generate import MORE_AGGREGATIONS, generate_cases
 from .oracle import run_batch
 
 pytestmark = pytest.mark.conformance
@@ -25,6 +27,7 @@ N_CASES = int(os.environ.get("CONFORMANCE_CASES", "2000"))
 _seed_env = os.environ.get("CONFORMANCE_SEED", "0")
 SEED = random.SystemRandom().randrange(10**12) if _seed_env == "random" else int(_seed_env)
 SHRINK = int(os.environ.get("CONFORMANCE_SHRINK", "3"))
+N_MORE = int(os.environ.get("CONFORMANCE_MORE_CASES", "30"))
 EMITS = ("every", "update", "close")
 
 
@@ -40,6 +43,8 @@ def _require_engine() -> None:
 def oracle_run() -> tuple[list[dict], list[dict]]:
     _require_engine()
     cases = generate_cases(N_CASES, seed=SEED, emits=EMITS)
+    for j, aggregation in enumerate(MORE_AGGREGATIONS):
+        cases += generate_cases(N_MORE, seed=SEED + (j + 1) * 10**7, emits=EMITS, aggregation=aggregation)
     return cases, run_batch(cases)
 
 
@@ -48,6 +53,8 @@ def test_engine_matches_kafka_streams(emit: str, oracle_run: tuple[list[dict], l
     cases, results = oracle_run
     pairs = [(c, r) for c, r in zip(cases, results, strict=True) if c["emit"] == emit]
     assert pairs
+    if len(EMITS) <= N_MORE:  # every aggregation of the issue in this emit mode
+        assert {c["aggregation"] for c, _ in pairs} >= set(MORE_AGGREGATIONS)
     errors = [r for _, r in pairs if "error" in r]
     assert not errors, f"oracle failed on {len(errors)} cases, e.g. {errors[0]}"
     mism = diff.differential([c for c, _ in pairs], oracle_results=[r for _, r in pairs], shrink_limit=SHRINK)

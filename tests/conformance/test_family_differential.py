@@ -2,7 +2,8 @@
 
 One JVM run for every case (generated cases round-robin over window type x emit mode, the rule book's pinned
 examples, and a few emit-on-close time-window cases at Kafka's default retention). Environment:
-``FAMILY_CASES`` (default 360), ``FAMILY_SEED`` (default 0; ``random`` picks one, printed on failure).
+``FAMILY_CASES`` (default 360), ``FAMILY_SEED`` (default 0; ``random`` picks one, printed on failure),
+``FAMILY_MORE_CASES`` (default 3): cases per window type x emit mode x each of variance, stddev, first and last.
 See ``family.py`` for what "equal" means.
 """
 
@@ -21,6 +22,7 @@ pytestmark = pytest.mark.conformance
 N_CASES = int(os.environ.get("FAMILY_CASES", "360"))
 _seed_env = os.environ.get("FAMILY_SEED", "0")
 SEED = random.SystemRandom().randrange(10**12) if _seed_env == "random" else int(_seed_env)
+N_MORE = int(os.environ.get("FAMILY_MORE_CASES", "3"))
 DEFAULT_RETENTION_CLOSE = 2  # per time-window type: ~7 s each in Kafka Streams (family.py)
 
 
@@ -33,6 +35,15 @@ def _default_retention_close_cases() -> list[dict]:
             c["id"] = f"default-retention-{window}-{i}"
             out.append(c)
     return out
+
+
+def _more_aggregation_cases() -> list[dict]:
+    """``N_MORE`` cases per window type x emit mode x aggregation of :data:`family.MORE_AGGREGATIONS`."""
+    combos = len(family.FAMILY_WINDOWS) * len(family.EMITS) * len(family.MORE_AGGREGATIONS)
+    cases = family.generate_family_cases(N_MORE * combos, seed=SEED + 2 * 10**6, aggregations=family.MORE_AGGREGATIONS)
+    for c in cases:
+        c["id"] = f"more-{c['id']}"
+    return cases
 
 
 #: S12: Kafka Streams 4.1 itself throws for a cached session store when t - gap <= -segmentInterval
@@ -52,6 +63,7 @@ def oracle_run() -> tuple[list[dict], list[dict]]:
     cases = [
         S12_CRASH,
         *family.generate_family_cases(N_CASES, seed=SEED),
+        *_more_aggregation_cases(),
         *family.PINNED_CASES,
         *_default_retention_close_cases(),
     ]
@@ -68,6 +80,8 @@ def test_engine_matches_kafka_streams(window: str, emit: str, oracle_run: tuple[
         if c["window"] == window and c["emit"] == emit and c is not S12_CRASH
     ]
     assert len(pairs) >= 5
+    if N_MORE:  # every aggregation of the issue, in this window type and emit mode
+        assert {c["aggregation"] for c, _ in pairs} >= set(family.MORE_AGGREGATIONS)
     assert sum(len(r.get("updates", ())) for _, r in pairs) > 0  # something was compared
     mism = family.differential([c for c, _ in pairs], oracle_results=[r for _, r in pairs], shrink_limit=1)
     assert not mism, (

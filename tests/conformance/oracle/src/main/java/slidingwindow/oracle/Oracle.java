@@ -66,7 +66,8 @@ import java.util.stream.Stream;
  * ({@code size_ms}: {@code TimeWindows.ofSizeAndGrace}), {@code hopping} ({@code size_ms}, {@code advance_ms}:
  * {@code .advanceBy}) or {@code session} ({@code gap_ms}: {@code SessionWindows.ofInactivityGapAndGrace}, with a
  * session merger per aggregation: arrays concatenated, counts / sums / mean pairs added, min / max compared with the
- * first of equals kept). A session tombstone (a session a merge replaced) is output with {@code "value":null}.
+ * first of equals kept, variance accumulators shifted and added, first / last from the earlier / later session). A
+ * session tombstone (a session a merge replaced) is output with {@code "value":null}.
  *
  * <p>Runs records through {@code stream().groupByKey().windowedBy(SlidingWindows.ofTimeDifferenceAndGrace(td, grace))
  * .aggregate(...)} in a {@link TopologyTestDriver} (one task = one input partition), in arrival order, with the
@@ -79,7 +80,9 @@ import java.util.stream.Stream;
  * <p>Values are JSON; aggregates are kept as raw JSON text so values round-trip exactly:
  * {@code collect} = JSON array of the input values in aggregation order, {@code count}, {@code sum}
  * (integers exact, otherwise IEEE double), {@code min}, {@code max} (exact numeric comparison, the first of equal
- * values wins), {@code mean} (sum / count as double).
+ * values wins), {@code mean} (sum / count as double), {@code variance} and {@code stddev} (population, as
+ * {@code windowstore.aggregations.Variance} computes them: shifted by the first value), {@code first}, {@code last}
+ * (a JSON null value counts; merged: the earlier / later session's).
  *
  * <p>Modes:
  * <ul>
@@ -215,6 +218,108 @@ public final class Oracle {
         return formatDouble(Double.parseDouble(a) + Double.parseDouble(b));
     }
 
+    /** Python semantics: int - int is exact, otherwise float subtraction. */
+    static String minus(final String a, final String b) {
+        if (isIntegral(a) && isIntegral(b)) {
+            return new BigInteger(a).subtract(new BigInteger(b)).toString();
+        }
+        return formatDouble(Double.parseDouble(a) - Double.parseDouble(b));
+    }
+
+    /** Python semantics: int * int is exact, otherwise float multiplication. */
+    static String times(final String a, final String b) {
+        if (isIntegral(a) && isIntegral(b)) {
+            return new BigInteger(a).multiply(new BigInteger(b)).toString();
+        }
+        return formatDouble(Double.parseDouble(a) * Double.parseDouble(b));
+    }
+
+    /** Python's {@code a / n} for a number {@code a} and an int {@code n > 0}: int / int correctly rounded. */
+    static double divide(final String a, final long n) {
+        if (isIntegral(a)) {
+            return new BigDecimal(new BigInteger(a))
+                .divide(BigDecimal.valueOf(n), java.math.MathContext.DECIMAL128).doubleValue();
+        }
+        return Double.parseDouble(a) / n;
+    }
+
+    /**
+     * Population variance as windowstore.aggregations.Variance computes it: the accumulator is
+     * {@code "n shift s ss"} with {@code shift} = the first value, {@code s = sum(x - shift)},
+     * {@code ss = sum((x - shift)^2)} (ints exact, floats IEEE, Python's mixing rules); the session merger shifts
+     * the second accumulator to the first one's shift; the result is {@code (ss - s*s/n) / n}, negative -> 0.0.
+     */
+    static Agg variance(final boolean sqrt) {
+        return new Agg() {
+            public String init() {
+                return "0 0 0 0";
+            }
+
+            public String add(final String agg, final String v) {
+                requireNumber(v);
+                final String[] f = agg.split(" ");
+                final long n = Long.parseLong(f[0]);
+                final String k = n == 0 ? v : f[1];
+                final String d = minus(v, k);
+                return (n + 1) + " " + k + " " + plus(f[2], d) + " " + plus(f[3], times(d, d));
+            }
+
+            public String merge(final String a, final String b) {
+                final String[] x = a.split(" ");
+                final String[] y = b.split(" ");
+                if (Long.parseLong(x[0]) == 0) {
+                    return b;
+                }
+                if (Long.parseLong(y[0]) == 0) {
+                    return a;
+                }
+                final String d = minus(y[1], x[1]);
+                final String n2 = y[0];
+                final String s = plus(plus(x[2], y[2]), times(n2, d));
+                final String ss = plus(plus(plus(x[3], y[3]), times(times("2", d), y[2])), times(times(n2, d), d));
+                return (Long.parseLong(x[0]) + Long.parseLong(n2)) + " " + x[1] + " " + s + " " + ss;
+            }
+
+            public String finish(final String agg) {
+                final String[] f = agg.split(" ");
+                final long n = Long.parseLong(f[0]);
+                if (n == 0) {
+                    return "null";
+                }
+                final double raw = (Double.parseDouble(f[3]) - divide(times(f[2], f[2]), n)) / n;
+                final double population = raw > 0 ? raw : 0.0;  // Python: var if var > 0 else 0.0 (NaN, -0.0 too)
+                return formatDouble(sqrt ? Math.sqrt(population) : population);
+            }
+        };
+    }
+
+    /**
+     * The first (or last) value in aggregation order; a JSON null value counts. The accumulator is the value's raw
+     * JSON text, or {@code ""} before any value (a non-null String: Kafka's stores delete on null).
+     */
+    static Agg firstOrLast(final boolean last) {
+        return new Agg() {
+            public String init() {
+                return "";
+            }
+
+            public String add(final String agg, final String v) {
+                return last || agg.isEmpty() ? (v == null ? "null" : v) : agg;
+            }
+
+            public String merge(final String a, final String b) {
+                if (last) {
+                    return b.isEmpty() ? a : b;
+                }
+                return a.isEmpty() ? b : a;
+            }
+
+            public String finish(final String agg) {
+                return agg.isEmpty() ? "null" : agg;
+            }
+        };
+    }
+
     static String formatDouble(final double d) {
         if (Double.isNaN(d) || Double.isInfinite(d)) {
             throw new ArithmeticException("non-finite result " + d);
@@ -334,6 +439,12 @@ public final class Oracle {
                         return formatDouble(Double.parseDouble(sum) / n);
                     }
                 };
+            case "variance":
+            case "stddev":
+                return variance(name.equals("stddev"));
+            case "first":
+            case "last":
+                return firstOrLast(name.equals("last"));
             default:
                 throw new IllegalArgumentException("unknown aggregation: " + name);
         }
@@ -723,6 +834,7 @@ public final class Oracle {
         System.err.println("usage: Oracle --batch [--threads N]");
         System.err.println("       Oracle [--window sliding|tumbling|hopping|session] [--size-ms S --advance-ms A"
             + " | --gap-ms G] --time-difference-ms D --grace-ms G --aggregation collect|count|sum|min|max|mean"
+            + "|variance|stddev|first|last"
             + " --emit every|update|close [--retention-ms R] [--with-index]   (records as JSON lines on stdin)");
         System.exit(2);
     }
