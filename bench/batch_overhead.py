@@ -28,8 +28,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 
-def stage_times(event_dir: Path, skip_jobs: int = 3) -> dict[str, dict[str, float]]:
-    """p50 per stage kind ("source": no parent stage, "stateful": the rest) from Spark's (uncompressed) event log."""
+def stage_times(event_dir: Path, skip_jobs: int = 3, since_ms: int = 0) -> dict[str, dict[str, float]]:
+    """p50 per stage kind ("source": no parent stage, "stateful": the rest) from Spark's (uncompressed) event log,
+    over the stages submitted at or after ``since_ms`` (epoch ms) but the first ``skip_jobs`` of each kind."""
     stages: dict[int, tuple[bool, int]] = {}
     tasks: dict[int, list[tuple[int, float]]] = {}
     for path in sorted(glob.glob(str(event_dir / "*" / "events_*")) or glob.glob(str(event_dir / "*"))):
@@ -38,7 +39,8 @@ def stage_times(event_dir: Path, skip_jobs: int = 3) -> dict[str, dict[str, floa
             kind = e["Event"]
             if kind == "SparkListenerStageCompleted":
                 si = e["Stage Info"]
-                stages[si["Stage ID"]] = (not si.get("Parent IDs"), si["Completion Time"] - si["Submission Time"])
+                if si["Submission Time"] >= since_ms:
+                    stages[si["Stage ID"]] = (not si.get("Parent IDs"), si["Completion Time"] - si["Submission Time"])
             elif kind == "SparkListenerTaskEnd":
                 m = e.get("Task Metrics") or {}
                 tasks.setdefault(e["Stage ID"], []).append(

@@ -3,7 +3,7 @@ plain loop.
 
     .venv/bin/python bench/side_by_side.py [--records 200000] [--cells inorder-10,ooo-10,inorder-1000,ooo-1000]
         [--systems kstreams,service,builtin,plain] [--live-rate 1000] [--live-seconds 20] [--out bench/RESULTS.md]
-        [--plots bench/plots]
+        [--plots bench/plots] [--service-settings 'trigger_interval=250;spark.name=value']
 
 One local Kafka broker (``devtools.local_broker``) for everything. For each *cell* (order x records per window):
 
@@ -48,6 +48,10 @@ sessions grow and merge). Every system runs the same definition: Kafka Streams `
 runs in append mode: it writes a session once the watermark passes its end, and its latency reads that. Kafka
 Streams and the service forward a tombstone for every session a merge replaces; tombstones are counted as
 outputs and left out of the latency.
+
+The Spark processes learn of their micro-batches from a query listener, as the service's driver does (until
+2026-11-27 they read ``recentProgress`` every 0.25 s: up to 100 reports through py4j and JSON per read, work the
+service itself never does; bench/batch_phases.py's ``poll=1`` runs that way).
 
 Ratios are to Kafka Streams in the same cell (same run, same load). Prints a Markdown table; ``--out`` appends it
 with the command line and load averages; ``--plots`` writes throughput.png and latency.png.
@@ -254,6 +258,27 @@ def spark_settings(args, bootstrap, topic, out_topic, ckpt):
     )
 
 
+def with_overrides(settings, text: str):
+    """``settings`` with ``text``'s ``name=value`` pairs (``;``-separated) applied: a name starting with ``spark.``
+    is a Spark setting added to ``spark_conf``, any other a service setting (``trigger_interval=250``). What
+    ``--service-settings`` and bench/batch_phases.py's configurations pass to the service's process."""
+    changes: dict = {}
+    conf = list(settings.spark_conf)
+    for part in (x.strip() for x in text.split(";")):
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"expected name=value, got {part!r}")
+        if name == "spark_conf":
+            raise ValueError("give Spark settings one by one: spark.name=value")
+        if name.startswith("spark."):
+            conf.append((name, value))
+        else:
+            changes[name] = value
+    return settings.replace(**changes, spark_conf=tuple(conf))
+
+
 def builtin_query(spark, bootstrap, topic, out_topic, ckpt, args):
     """bench/service_bench.py's built-in query (count, sum, max over hopping windows of ``--td``, hop ``--td``/10)
     plus max(sent); with ``--window``: ``window(ts, size, advance)`` or ``session_window(ts, gap)``."""
@@ -320,10 +345,23 @@ def spark_child(args) -> int:
     """``side_by_side.py _spark``: run the service's or the built-in query and report consumed records."""
     from service.driver import prepare
     from service.spark.job import build_spark
+    from service.spark.listener import query_listener
 
-    s = spark_settings(args, args.bootstrap_servers, args.topic, args.out_topic, args.ckpt)
+    s = with_overrides(
+        spark_settings(args, args.bootstrap_servers, args.topic, args.out_topic, args.ckpt), args.settings
+    )
     spark = build_spark(s)
     spark.sparkContext.setLogLevel("ERROR")
+    # every micro-batch's progress once, from a listener (as the service's driver gets it); --poll: read
+    # recentProgress every 0.25 s, as this bench did before 2026-11-27 (100 reports through py4j and JSON per poll)
+    reports: dict = {}
+
+    def keep(p) -> None:
+        if p.numInputRows or p.batchId not in reports:
+            reports[p.batchId] = p
+
+    if not args.poll:
+        spark.streams.addListener(query_listener(keep, lambda: None))
     if args.system == "service":
         from service.spark.job import start_query
 
@@ -332,16 +370,18 @@ def spark_child(args) -> int:
         q = builtin_query(spark, args.bootstrap_servers, args.topic, args.out_topic, args.ckpt, args)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    seen: dict[int, int] = {}
     while not stop:
-        for p in q.recentProgress:
-            seen[p.batchId] = p.numInputRows
-        print(f"consumed {sum(seen.values())}", flush=True)
+        if args.poll:
+            for p in q.recentProgress:
+                keep(p)
+        print(f"consumed {sum(p.numInputRows for p in list(reports.values()))}", flush=True)
         if q.exception() is not None:
             print(str(q.exception()), file=sys.stderr, flush=True)
             return 1
         time.sleep(0.25)
-    progs = [p for p in q.recentProgress if p.numInputRows]
+    if args.progress_out:
+        Path(args.progress_out).write_text("".join(reports[b].json + "\n" for b in sorted(reports)))
+    progs = [reports[b] for b in sorted(reports) if reports[b].numInputRows]
     for p in progs:
         print(
             json.dumps(
@@ -425,6 +465,8 @@ def command(system, args, bootstrap, topic, out_topic, work):
         "--cores",
         str(args.cores),
         *window_args(args),
+        "--settings",
+        args.service_settings if system == "service" else "",
     ]
 
 
@@ -649,6 +691,9 @@ def main() -> int:
         for a in ("--td", "--grace", "--batch", "--partitions", "--cores"):
             ap.add_argument(a, type=int, required=True)
         add_window_options(ap)
+        ap.add_argument("--settings", default="", help="with_overrides() of the service's settings")
+        ap.add_argument("--progress-out", default="", help="write every micro-batch's progress (JSON lines) here")
+        ap.add_argument("--poll", action="store_true", help="read recentProgress every 0.25 s instead of a listener")
         return spark_child(ap.parse_args(sys.argv[2:]))
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -676,6 +721,11 @@ def main() -> int:
         help="live records/s of the 1,000-per-window cells (below Kafka Streams' capacity there)",
     )
     ap.add_argument("--live-seconds", type=float, default=20.0)
+    ap.add_argument(
+        "--service-settings",
+        default="",
+        help="the service's settings changed, name=value;... (spark.* names go to spark_conf; see with_overrides)",
+    )
     ap.add_argument("--settle", type=float, default=4.0, help="seconds to wait after the live input is consumed")
     ap.add_argument("--rotate", action="store_true", help="rotate the system order from cell to cell")
     ap.add_argument("--timeout", type=float, default=600)

@@ -175,14 +175,18 @@ def test_task_state_bench_times_batches_and_a_restart() -> None:
     assert int(rows[1][-1]) > 0, run.stdout  # every 4th: the restart replays the entries since the last one
 
 
-def _service_bench() -> Any:
-    """bench/service_bench.py as a module (bench/ is not a package)."""
+def _bench_module(name: str) -> Any:
+    """bench/<name>.py as a module (bench/ is not a package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("service_bench", ROOT / "bench" / "service_bench.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     bench = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(bench)  # type: ignore[union-attr]
     return bench
+
+
+def _service_bench() -> Any:
+    return _bench_module("service_bench")
 
 
 def test_service_bench_drain_counts_more_micro_batches_than_spark_keeps_reports_of() -> None:
@@ -233,3 +237,88 @@ def test_service_bench_latency_figures_split_event_time_latency_into_disorder_an
     assert got["instant_max_ms"] == 6_000 and got["instant_p50_ms"] == 1_000  # sorted 0, 1,000, 6,000
     assert got["full_p50_ms"] == got["full_max_ms"] == 10_000
     assert got["p50_ms"] == 700 and got["event_p50_ms"] == 6_700
+
+
+def _progress(batch: int, start_ms: int, scale: int) -> dict:
+    """A progress report with the fields bench/batch_phases.py reads, its times ``scale`` times a base."""
+    from datetime import datetime, timezone
+
+    ts = datetime.fromtimestamp(start_ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+    return {
+        "batchId": batch,
+        "timestamp": ts.replace("+00:00", "Z"),
+        "numInputRows": 500,
+        "durationMs": {
+            "latestOffset": 10 * scale,
+            "queryPlanning": 20 * scale,
+            "walCommit": 30 * scale,
+            "addBatch": 400 * scale,
+            "commitOffsets": 40 * scale,
+            "triggerExecution": 500 * scale,
+        },
+        "stateOperators": [{"commitTimeMs": 25 * scale}],
+        "observedMetrics": {
+            "slidingwindow": {  # two tasks' sums
+                "task_batches": 2,
+                "process_ns": 2 * 100_000_000 * scale,
+                "state_read_ns": 2 * 10_000_000 * scale,
+                "state_write_ns": 2 * 30_000_000 * scale,
+                "produce_ns": 2 * 50_000_000 * scale,
+            }
+        },
+    }
+
+
+def test_batch_phases_breaks_micro_batches_down_and_compares_two_configurations() -> None:
+    """From progress reports as Spark writes them: the measured micro-batches and the idle wait after each, the
+    workers' timers per task (decode + process + encode = process - state read - state write), latency
+    percentiles; the ratio column is the second configuration over the first."""
+    bench = _bench_module("batch_phases")
+    t0 = 1_790_000_000_000
+    for scale in (1, 2):
+        # batch 1 starts before the measured window; batches 2 and 3 follow their predecessor after 100 ms idle
+        starts = [t0 - 1_000, t0 + 100, t0 + 100 + 500 * scale + 100]
+        reports = [_progress(b + 1, start, scale) for b, start in enumerate(starts)]
+        reports.append({"batchId": 3, "timestamp": reports[-1]["timestamp"], "numInputRows": 0, "durationMs": {}})
+        measured, gaps = bench.measured_batches(reports, t0, t0 + 60_000)
+        assert [p["batchId"] for p in measured] == [2, 3] and gaps == [100.0]
+    runs = {
+        name: [
+            {
+                "batches": bench.measured_batches(
+                    [_progress(b, t0 + b * 1_000 * scale, scale) for b in range(3)], t0, t0 + 60_000
+                )[0],
+                "gaps": [100.0 * scale],
+                "latencies": [float(x * scale) for x in range(100, 1100, 10)],
+                "stages": {},
+                "load": 1.0,
+            }
+        ]
+        for name, scale in (("before", 1), ("after", 2))
+    }
+    figures = {name: bench.figures(r) for name, r in runs.items()}
+    before = figures["before"]
+    assert before["queryPlanning"] == 20 and before["triggerExecution"] == 500
+    assert before["idle wait between micro-batches"] == 100
+    assert before["task: decode + process + encode"] == 60 and before["task: produce + acks"] == 50
+    assert before["task: state read"] == 10 and before["task: state write"] == 30
+    assert before["state store commit (sum of partitions)"] == 25
+    assert before["latency from send p50"] == 600 and before["latency from send p99"] == 1090
+    text = bench.table({1000.0: figures}, ["before", "after"])
+    row = next(line for line in text.splitlines() if line.startswith("| walCommit |"))
+    assert row == "| walCommit | 30 | 60 | 2.00 |"
+
+
+def test_side_by_side_applies_service_and_spark_settings() -> None:
+    """``--service-settings`` / batch_phases' configurations: ``spark.*`` names go to ``spark_conf``, others are
+    service settings, checked as the service checks them."""
+    from service.settings import Settings, SettingsError
+
+    sbs = _bench_module("side_by_side")
+    s = sbs.with_overrides(Settings(spark_conf="spark.driver.memory=1g"), "trigger_interval=250ms; spark.a.b=x=1")
+    assert s.trigger_interval == 250
+    assert s.spark_conf == (("spark.driver.memory", "1g"), ("spark.a.b", "x=1"))
+    with pytest.raises(SettingsError, match="trigger_interval"):
+        sbs.with_overrides(Settings(), "trigger_interval=soon")
+    with pytest.raises(ValueError, match="name=value"):
+        sbs.with_overrides(Settings(), "trigger_interval")
