@@ -1,6 +1,6 @@
 """Engine throughput per window type on one core, record path vs batch path, side by side in one run.
 
-    .venv/bin/python bench/window_types_bench.py [--seconds S] [--keys K]
+    .venv/bin/python bench/window_types_bench.py [--seconds S] [--keys K] [--against REV [--rounds N]]
 
 Cells: sliding (td = 10 records per window, for reference), tumbling, hopping at 10 / 100 / 1,000 windows per
 record (size / advance), short sessions (gap 5 ms: a key's records come 10 ms apart, so mostly one record per
@@ -15,19 +15,30 @@ same mode); the record path's close-mode rate is in ``close rec/s``. The session
 (close mode falls back to the record path, so its ``x`` is ~1); sliding windows have their own batch path
 (``bench/windowstore_bench.py``), shown here as ``-``. Each cell's outputs are checked equal between the paths
 (first 4,000 records, two micro-batches).
+
+With ``--against REV`` only the time-window batch path runs (tumbling, hopping at 10 / 100 / 1,000 windows per
+record; update and close mode), on this tree's engine and on the engine of git revision ``REV`` (a temporary
+worktree, imported beside this tree's, as ``bench/windowstore_bench.py --against`` does), alternating, best of
+``--rounds`` each; then each tree's flatness, rec/s at 10 windows per record / rec/s at 1,000.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
+import importlib
 import random
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from windowstore_bench import load_engine
 
 from windowstore import Count, SlidingWindowProcessor, SlidingWindows, session_windows_batch, time_windows_batch
 from windowstore.session_windows import SessionWindowProcessor, SessionWindows
@@ -111,14 +122,72 @@ def _check_equal(name: str, make: Any, emit: str, stream: list, batch_path: Any)
         raise SystemExit(f"{name} {emit}: the batch path's output differs from the record path's")
 
 
+def _time_processor(proc_cls: Any, windows: Any, count_cls: Any, emit: str) -> Any:
+    return proc_cls(windows, count_cls(), emit)
+
+
+def compare(a: argparse.Namespace, stream: list) -> None:
+    """The time-window batch path of this tree and of ``a.against``, cell by cell, alternating rounds."""
+    tmp = Path(tempfile.mkdtemp(prefix="window-types-bench-")) / "tree"
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(tmp), a.against], check=True)
+    try:
+        load_engine(tmp, "windowstore_against")
+        other = {m: importlib.import_module(f"windowstore_against.{m}") for m in ("time_windows", "time_windows_batch")}
+        trees = {
+            "this": (TimeWindowProcessor, TimeWindows, Count, time_windows_batch.process_batch),
+            a.against: (
+                other["time_windows"].TimeWindowProcessor,
+                other["time_windows"].TimeWindows,
+                importlib.import_module("windowstore_against").Count,
+                other["time_windows_batch"].process_batch,
+            ),
+        }
+        print(f"time-window batch path, records per CPU-second, best of {a.rounds} alternating rounds")
+        print(f"| cell | mode | this tree | {a.against} | this / {a.against} | noise |")
+        print("|---|---|---:|---:|---:|---:|")
+        best: dict[tuple[str, str, str], float] = {}
+        for name, size, adv in (
+            ("tumbling 1 s", 1000, None),
+            *((f"hopping {w} win/rec", w * 100, 100) for w in (10, 100, 1000)),
+        ):
+            for emit in ("update", "close"):
+                rates: dict[str, list[float]] = {tree: [] for tree in trees}
+                for r in range(a.rounds):
+                    for tree in list(trees) if r % 2 == 0 else list(trees)[::-1]:
+                        proc_cls, windows_cls, count_cls, batch_path = trees[tree]
+                        make = functools.partial(_time_processor, proc_cls, windows_cls(size, adv, 100), count_cls)
+                        rates[tree].append(run_cell(make, emit, stream, a.seconds, a.batch, batch_path)[0])
+                for tree, rs in rates.items():
+                    best[(tree, name, emit)] = max(rs)
+                noise = max((max(rs) - min(rs)) / max(rs) for rs in rates.values())
+                this, that = best[("this", name, emit)], best[(a.against, name, emit)]
+                print(f"| {name} | {emit} | {this:,.0f} | {that:,.0f} | {this / that:.2f} | {noise:.0%} |", flush=True)
+        for tree in trees:
+            flat = [
+                best[(tree, "hopping 10 win/rec", e)] / best[(tree, "hopping 1000 win/rec", e)]
+                for e in ("update", "close")
+            ]
+            print(
+                f"flatness {tree}, rec/s at 10 / 1,000 windows per record: update {flat[0]:.2f}x, close {flat[1]:.2f}x"
+            )
+    finally:
+        subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tmp)], check=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=2.0, help="CPU seconds per cell (at least one batch)")
     p.add_argument("--keys", type=int, default=100)
     p.add_argument("--records", type=int, default=400_000)
     p.add_argument("--batch", type=int, default=50_000)
+    p.add_argument("--against", metavar="REV", help="a git revision whose time-window batch path runs beside this one")
+    p.add_argument("--rounds", type=int, default=2, help="with --against: alternating runs per tree and cell")
     a = p.parse_args(argv)
     stream = make_stream(a.records, a.keys)
+    if a.against:
+        compare(a, stream)
+        return 0
     print(
         f"{'cell':22} {'update rec/s':>13} {'out/rec':>8} {'every rec/s':>12} {'out/rec':>8}"
         f" {'batch upd':>10} {'x':>6} {'close rec/s':>12} {'batch close':>12} {'x':>6}"

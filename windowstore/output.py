@@ -22,13 +22,13 @@ from .columns import Plan, accumulators, object_array, update_columns
 from .state import CachedWrites, ColumnWrites, EmittedColumns, EmittedUpdates, EngineState
 from .updates import WindowUpdate
 
-__all__ = ["flush", "flush_columns", "take_unflushed", "unflushed"]
+__all__ = ["flush", "flush_columns", "gc_paused", "take_unflushed", "unflushed"]
 
 _new_update = tuple.__new__
 _I64 = np.int64
 
 
-class _gc_paused:
+class gc_paused:
     """Pause automatic cyclic garbage collection for a bulk build of short-lived, acyclic objects (a flush's
     updates: one :class:`WindowUpdate` per window, ~100k for a 50k-record micro-batch).
 
@@ -57,10 +57,10 @@ def flush(state: EngineState) -> list[WindowUpdate]:
     """Update mode: the last value of every window written since the previous flush, ordered by last write
     (Kafka Streams' record cache flush, R21). Close mode: the final windows the batch path emitted since the
     previous flush (the record path returns its own). Every mode: nothing else. The cyclic garbage collector
-    is paused while the updates are built (see :class:`_gc_paused`)."""
+    is paused while the updates are built (see :class:`gc_paused`)."""
     if not state.is_update:
         return _closed_updates(state) if state.closed else []
-    with _gc_paused():
+    with gc_paused():
         return _flush_update(state)
 
 

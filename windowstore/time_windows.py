@@ -41,6 +41,7 @@ from typing import Any
 from .aggregations import Aggregation
 from .columns import update_columns
 from .family_common import FamilyStats, check_millis, key_bytes, valid_timestamp
+from .output import gc_paused
 from .updates import DroppedRecord, DropReason, EmitMode, WindowUpdate
 from .windows import ConfigError
 
@@ -297,15 +298,17 @@ class TimeWindowProcessor:
         (T9: the record cache's flush on commit). Other modes: nothing (they forward from :meth:`process`)."""
         if not self._dirty:
             return []
-        out = []
+        windows_of = self._windows_of  # a key not loaded yet is loaded here (lazy keys)
         agg = self.aggregation
         finish = None if agg.finish_is_identity else agg.finish
         size = self.windows.size_ms
-        for key, start in self._dirty:
-            w = (self._windows_of(key) or _NO_WINDOWS).get(start)
-            if w is not None:  # as _update, inlined: a flush forwards every window written since the last one
-                value = w.acc if finish is None else finish(w.acc)
-                out.append(WindowUpdate(key, start, start + size, value, w.ts, w.count))
+        new = tuple.__new__  # WindowUpdate's fields in order, without its Python-level __new__ (one per window)
+        out: list[WindowUpdate] = []
+        with gc_paused():  # one tuple per window: see output.gc_paused
+            for (key, start), w in zip(self._dirty, [(windows_of(k) or _NO_WINDOWS).get(s) for k, s in self._dirty]):
+                if w is not None:  # as _update, inlined: a flush forwards every window written since the last one
+                    value = w.acc if finish is None else finish(w.acc)
+                    out.append(new(WindowUpdate, (key, start, start + size, value, w.ts, w.count)))
         self._dirty.clear()
         self._purge_closed(self.observed_stream_time - self.windows.grace_ms)
         self.stats.updates_emitted += len(out)
@@ -348,39 +351,56 @@ class TimeWindowProcessor:
         w = (self._windows_of(key) or _NO_WINDOWS).get(start)
         return None if w is None else (w.acc, w.ts, w.count)
 
-    def merge_windows(
-        self, rows: Sequence[tuple[Hashable, int, Any, int, int]], combine: Callable[[Any, Any], Any]
+    def write_windows(
+        self,
+        keys: Sequence[Hashable],
+        starts: Sequence[int],
+        accs: Sequence[Any],
+        tss: Sequence[int],
+        counts: Sequence[int],
+        combine_all: Callable[[list[Any], Sequence[Any]], list[Any]],
     ) -> int:
-        """For each ``(key, start, acc, ts, count)``, in order: a held window becomes ``(combine(held acc, acc),
-        max(ts), count + count)``, a new one takes the row; then (update mode) the window moves to the end of the
-        last-write order (T9). ``combine`` runs for every held window before anything changes (if it raises, the
-        state is untouched). Returns windows created."""
+        """Window ``j`` = ``(keys[j], starts[j])``, all distinct: a held window becomes ``(combined acc, max(ts),
+        count + counts[j])``, a new one takes the columns' values; then (update mode) the windows move to the end
+        of the last-write order in column order (T9). ``combine_all(held accumulators, the columns'
+        accumulators for them)`` merges every held window in one call (a batch path does it a column at a time)
+        before anything changes: if it raises, the state is untouched. Returns windows created."""
         by_key = self._by_key
-        merged: list[tuple[_Window, Any] | None] = []
-        for key, start, acc, _ts, _count in rows:
-            held = (self._windows_of(key) or _NO_WINDOWS).get(start)
-            merged.append(None if held is None else (held, combine(held.acc, acc)))
-        dirty = self._dirty if self.emit is EmitMode.UPDATE else None
-        created = 0
-        for (key, start, acc, ts, count), m in zip(rows, merged, strict=True):
-            if m is None:
-                windows = by_key.get(key)
-                if windows is None:
-                    windows = by_key[key] = {}
-                windows[start] = _Window(acc, ts, count)
-                self._index_add(key, start)
-                created += 1
+        windows_of = self._windows_of  # a key not loaded yet is loaded here, before anything changes
+        held = [(windows_of(k) or _NO_WINDOWS).get(s) for k, s in zip(keys, starts)]
+        at = [j for j, w in enumerate(held) if w is not None]
+        created = len(held) - len(at)
+        if at:
+            ws: Sequence[Any] = held  # every window held already: a batch of a steady stream
+            new_accs, new_ts, new_counts = accs, tss, counts
+            if created:
+                ws = [held[j] for j in at]
+                new_accs, new_ts, new_counts = [accs[j] for j in at], [tss[j] for j in at], [counts[j] for j in at]
+            merged = combine_all([w.acc for w in ws], new_accs)
+            for w, acc, t, c in zip(ws, merged, new_ts, new_counts):
+                w.acc = acc
+                if t > w.ts:
+                    w.ts = t
+                w.count += c
+        self._changed.update(keys)  # every written key is exported (dirty_keys)
+        if created:
+            for j, w in enumerate(held):
+                if w is None:
+                    key, start = keys[j], starts[j]
+                    windows = by_key.get(key)
+                    if windows is None:
+                        windows = by_key[key] = {}
+                    windows[start] = _Window(accs[j], tss[j], counts[j])
+                    self._index_add(key, start)
+        if self.emit is EmitMode.UPDATE:
+            dirty = self._dirty
+            if not dirty:  # the usual case: flushed since the last batch
+                self._dirty = dict.fromkeys(zip(keys, starts))
             else:
-                w, new_acc = m
-                w.acc = new_acc
-                if ts > w.ts:
-                    w.ts = ts
-                w.count += count
-            self._changed.add(key)
-            if dirty is not None:
-                dk = (key, start)
-                dirty.pop(dk, None)
-                dirty[dk] = None
+                written = list(zip(keys, starts))
+                for dk in written:  # a re-written window moves to the end (NamedCache.dirtyKeys)
+                    dirty.pop(dk, None)
+                dirty.update(dict.fromkeys(written))
         return created
 
     def close_windows(self, window_close_time: int) -> list[WindowUpdate]:

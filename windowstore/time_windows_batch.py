@@ -3,32 +3,36 @@
 
 The reference record path (:class:`windowstore.time_windows.TimeWindowProcessor`, rules T1-T12 of
 ``docs/rules-window-types.md``) folds every record into each of its ``ceil(size / advance)`` windows, as Kafka
-Streams' ``KStreamWindowAggregate`` does: 1,000 windows per record cost 1,000 updates. This path instead sorts one
-key's records of the batch by timestamp once and reads every window it touches as a range of that sorted run, the
-way Hazelcast Jet's sliding windows combine frames (accumulate / combine / deduct): counts, sums and means by
-prefix sums (``P[hi] - P[lo]``, the deduct), min and max by a sparse table, so a window costs two bisections
-whatever its size::
+Streams' ``KStreamWindowAggregate`` does: 1,000 windows per record cost 1,000 updates. This path instead sorts the
+batch's records by key and timestamp once - all keys in one numpy run - and reads every window it touches as a
+range of that run, the way Hazelcast Jet's sliding windows combine frames (accumulate / combine / deduct): counts,
+sums and means by prefix sums (``P[hi] - P[lo]``, the deduct), min, max and each window's last record by sparse
+tables, so a window costs two ``searchsorted`` whatever its size::
 
     size = 10, advance = 4; one key's records of the batch, sorted by time: 17 18 21 25 29
     window [20, 30)  -> records with 20 <= t < 30 = sorted positions [2, 5): count P[5] - P[2] = 3
     window [24, 34)  -> positions [3, 5)
     (a window is [start, start + size): start inclusive, end exclusive, T2)
 
-A window is touched by the union of the records' windows (the output of update mode, not records x windows).
-Cost per batch: sorting each key's records, then O(log n) per window written - and a batch writes, per key,
-``(span of the key's records + size) / advance`` windows. Per record that is flat while a key's records in a
-batch span more than a window; with fewer records per key and window it is the writes (the update mode's output,
-which the record path writes too) that grow with ``size / advance`` (``bench/window_types_bench.py``).
+A window is touched by the union of the records' windows (the output of update mode, not records x windows): per
+key ``(span of the key's records + size) / advance`` windows. That count grows with ``size / advance`` on any path
+(update mode forwards each of them: it is the output), so what keeps the path flat is the cost of a window
+written: it is computed in numpy, a column per part for all keys at once, and handed to the processor a column at
+a time (:meth:`TimeWindowProcessor.write_windows`: the held accumulators combined a column at a time). What is
+left per window is the processor's own state - a dict entry and an attribute write - and, in update mode, the
+flush's :class:`WindowUpdate` (``bench/window_types_bench.py``).
 
 Late records (T5, T7). Close time only grows within a batch (``close_i = max(stream time, t_0..t_i) - grace``),
 so a record's closed windows are a prefix of its windows, counted arithmetically (one ``dropped-records-total`` tick
 per closed window). A record none of whose windows is closed at its own close time is *clean*: it reaches exactly
 the windows containing it, and the range reads above apply. A partially late record is folded into its open
-windows one by one (rare: only records behind close time). A window is touched only by records that were open for
-it, so its final value is the value the record path has after the batch.
+windows one by one (rare: only records behind close time): a batch with one, or with a value beyond what int64
+prefix sums hold exactly, takes the row path - the same range reads, a key at a time in Python, then the
+partially late records folded in. A window is touched only by records that were open for it, so its final value
+is the value the record path has after the batch.
 
 What the path returns is what the record path returns for the same records, concatenated, and it leaves the
-processor in the record path's state (the processor's batch contract: ``merge_windows`` / ``close_windows``):
+processor in the record path's state (the processor's batch contract: ``write_windows`` / ``close_windows``):
 
 * ``update``: nothing; the processor's :meth:`~TimeWindowProcessor.flush` then forwards each written window once,
   in the record cache's last-write order - the order of ``(index of the window's last record, start)``;
@@ -45,12 +49,16 @@ a value the aggregation cannot take (the record path raises it at the same recor
 from __future__ import annotations
 
 import bisect
+import operator
 from collections.abc import Callable, Hashable, Sequence
 from itertools import accumulate
 from typing import Any, Protocol
 
+import numpy as np
+
 from .aggregations import Aggregation, Composite, Count, Field, Max, Mean, Min, Sum
 from .family_common import FamilyStats, valid_timestamp
+from .output import gc_paused
 from .updates import DroppedRecord, DropReason, EmitMode, WindowUpdate
 
 __all__ = [
@@ -77,7 +85,7 @@ class _Definition(Protocol):
 
 class TimeWindowBatchTarget(Protocol):
     """What this path reads and writes of a :class:`~windowstore.time_windows.TimeWindowProcessor`: its definition,
-    counters, stream time, dropped records and the batch contract (``merge_windows`` / ``close_windows``). A
+    counters, stream time, dropped records and the batch contract (``write_windows`` / ``close_windows``). A
     protocol, so that the processor can call this module without an import cycle."""
 
     observed_stream_time: int
@@ -93,8 +101,14 @@ class TimeWindowBatchTarget(Protocol):
     @property
     def stats(self) -> FamilyStats: ...
     def process(self, key: Hashable, value: Any, ts: Any) -> list[WindowUpdate]: ...
-    def merge_windows(
-        self, rows: Sequence[tuple[Hashable, int, Any, int, int]], combine: Callable[[Any, Any], Any]
+    def write_windows(
+        self,
+        keys: Sequence[Hashable],
+        starts: Sequence[int],
+        accs: Sequence[Any],
+        tss: Sequence[int],
+        counts: Sequence[int],
+        combine_all: Callable[[list[Any], Sequence[Any]], list[Any]],
     ) -> int: ...
     def close_windows(self, window_close_time: int) -> list[WindowUpdate]: ...
 
@@ -141,7 +155,8 @@ def run_batch(
     kinds = batch_kinds(proc.aggregation)
     if proc.emit is not EmitMode.EVERY and kinds is not None:
         try:
-            return _process(proc, kinds, keys, timestamps, values), True
+            with gc_paused():  # a tuple per window written, none of them cyclic (output.gc_paused)
+                return _process(proc, kinds, keys, timestamps, values), True
         except BatchFallback:
             pass
     process = proc.process
@@ -232,7 +247,9 @@ def _process(
     st = proc.observed_stream_time
     n_null = n_invalid = n_late = n_accepted = skipped = pairs = 0
     closes: list[int] = []  # close time after each non-null, valid record (close mode's replay)
-    clean: dict[Hashable, list[tuple[int, int]]] = {}  # key -> [(t, index)]
+    clean_keys: list[Hashable] = []  # the clean records, in arrival order: key, timestamp, index
+    clean_ts: list[int] = []
+    clean_at: list[int] = []
     partial: list[tuple[Hashable, int, int, int]] = []  # (key, t, index, first open start)
     drops: list[DroppedRecord] | None = [] if proc.collect_drops else None  # kept once nothing can fall back
     for i, k in enumerate(keys):
@@ -257,11 +274,9 @@ def _process(
         if first + size > close:  # every window of the record is open (T5)
             n_accepted += 1
             pairs += (t - first) // adv + 1
-            rows = clean.get(k)
-            if rows is None:
-                clean[k] = [(t, i)]
-            else:
-                rows.append((t, i))
+            clean_keys.append(k)
+            clean_ts.append(t)
+            clean_at.append(i)
             continue
         lo = max(first, ((close - size) // adv + 1) * adv)  # smallest start whose end > close
         if lo > t:  # T7: fully late, once per window
@@ -276,48 +291,20 @@ def _process(
         partial.append((k, t, i, lo))
 
     # every contributing record's inputs per part, checked before any state changes
-    contributing = sorted([i for rows in clean.values() for _t, i in rows] + [p[2] for p in partial])
-    col_at: list[dict[int, Any]] = []
-    for kind, field in kinds:
-        col = part_column(kind, field, [values[i] for i in contributing])
-        col_at.append(dict(zip(contributing, col, strict=True)))
-
-    # (last index, start, key, acc, ts, count) of every window the batch writes, state untouched so far
-    single = type(proc.aggregation) is not Composite
+    clean_cols = [part_column(kind, field, [values[i] for i in clean_at]) for kind, field in kinds]
     ordered = proc.emit is EmitMode.UPDATE  # close mode: the write order is not observable
-    writes: list[tuple[int, int, Hashable, Any, int, int]] = []
-    late_by_key: dict[Hashable, dict[int, list[Any]]] = {}
-    for k, t, i, lo in partial:
-        per_start = late_by_key.setdefault(k, {})
-        mine = [one_part(kind, cols[i]) for (kind, _f), cols in zip(kinds, col_at, strict=True)]
-        for s in range(lo, t + 1, adv):
-            c = per_start.get(s)
-            if c is None:
-                per_start[s] = [i, t, 1, mine]
-            else:
-                c[0] = max(c[0], i)
-                c[1] = max(c[1], t)
-                c[2] += 1
-                c[3] = [merge_part(kind, x, y) for (kind, _f), x, y in zip(kinds, c[3], mine, strict=True)]
-    for k in clean.keys() | late_by_key.keys():
-        writes += _key_windows(k, clean.get(k, []), late_by_key.get(k, {}), kinds, col_at, size, adv, single, ordered)
+    single = type(proc.aggregation) is not Composite
+    written = None
+    if not partial:
+        written = _frame_windows(kinds, clean_keys, clean_ts, clean_at, clean_cols, size, adv, ordered, single)
+    if written is None:
+        written = _row_windows(
+            kinds, clean_keys, clean_ts, clean_at, clean_cols, partial, values, size, adv, ordered, single
+        )
 
     # combine with the held windows, in the record cache's last-write order: (index of the window's last record,
-    # start); combine_part may still fall back (a float accumulator from earlier records) before any write
-    if ordered:
-        writes.sort(key=lambda c: (c[0], c[1]))
-    if single:
-        kind0 = kinds[0][0]
-
-        def combine(old: Any, new: Any) -> Any:
-            return combine_part(kind0, old, new)
-    else:
-        names = [kind for kind, _f in kinds]
-
-        def combine(old: Any, new: Any) -> Any:
-            return tuple([combine_part(kind, o, n) for kind, o, n in zip(names, old, new, strict=True)])
-
-    created = proc.merge_windows([(k, s, acc, ts, count) for _last_i, s, k, acc, ts, count in writes], combine)
+    # start); the combination may still fall back (a float accumulator from earlier records) before any write
+    created = proc.write_windows(*written, _combiner(kinds, single))
     stats = proc.stats
     stats.records += len(keys)
     stats.dropped_null_key += n_null
@@ -341,6 +328,213 @@ def _process(
     elif closes:
         proc.close_windows(closes[-1])
     return out
+
+
+Written = tuple[list[Hashable], list[int], list[Any], list[int], list[int]]
+"""The windows a batch writes as columns, in write order: keys, starts, accumulators, output timestamps, counts."""
+
+_SAFE = 1 << 62  # every int64 intermediate below this: timestamps + size, key offsets, prefix sums
+
+
+def _frame_windows(
+    kinds: list[tuple[str, str | None]],
+    keys: list[Hashable],
+    ts: list[int],
+    at: list[int],
+    cols: list[list[Any]],
+    size: int,
+    adv: int,
+    ordered: bool,
+    single: bool,
+) -> Written | None:
+    """Every window the clean records write, all keys at once in numpy; ``None`` when a value does not fit the
+    int64 arithmetic (the row path then takes the batch).
+
+    The records are sorted by ``(key, time)`` into one run; key ``k``'s record at ``t`` sits at
+    ``k * stride + t - base`` so that every key's windows are ranges of the one run. A record's windows are the
+    advances ``[ceil((t - size + 1) / advance), t // advance]`` (T2); both ends grow with ``t``, so a key's
+    windows are the union of these intervals, listed by one ``repeat``. Each window's count, sum, min, max and
+    last record are then read over its range: two ``searchsorted`` per window, prefix sums, sparse tables."""
+    n = len(ts)
+    if not n:
+        return [], [], [], [], []
+    ids: dict[Hashable, int] = {}
+    kid = np.array([ids.setdefault(k, len(ids)) for k in keys], np.int64)
+    t_lo, t_hi = min(ts), max(ts)
+    base = t_lo - size
+    stride = t_hi - base + size + 1
+    if t_hi + size >= _SAFE or len(ids) * stride >= _SAFE:
+        return None
+    t = np.array(ts, np.int64)
+    order = np.lexsort((t, kid))
+    kid = kid[order]
+    t = t[order]
+    # the windows: per record the advances it opens that no earlier record of its key opened
+    first = np.maximum((t - size + adv) // adv, 0)
+    last = t // adv
+    prev = np.empty(n, np.int64)
+    prev[0] = -1
+    prev[1:] = last[:-1]
+    prev[1:][kid[1:] != kid[:-1]] = -1
+    first = np.maximum(first, prev + 1)
+    per = np.maximum(last - first + 1, 0)
+    src = np.repeat(np.arange(n), per)
+    starts = (first[src] + np.arange(len(src)) - np.repeat(np.cumsum(per) - per, per)) * adv
+    w_kid = kid[src]
+    run = kid * stride + (t - base)
+    at_start = w_kid * stride + (starts - base)
+    lo = np.searchsorted(run, at_start)
+    hi = np.searchsorted(run, at_start + size)
+    counts = hi - lo
+    columns: list[np.ndarray] = []  # per part: the count, sum, min or max of every window (mean: its sum)
+    for (kind, _f), col in zip(kinds, cols, strict=True):
+        if kind == "count":
+            columns.append(counts)
+            continue
+        bound = max(max(col), -min(col))
+        if bound * (n if kind in ("sum", "mean") else 1) >= _SAFE:
+            return None
+        v = np.array(col, np.int64)[order]
+        if kind == "min" or kind == "max":
+            columns.append(_range_op(v, np.minimum if kind == "min" else np.maximum, lo, hi))
+            continue
+        prefix = np.zeros(n + 1, np.int64)
+        np.cumsum(v, out=prefix[1:])
+        columns.append(prefix[hi] - prefix[lo])
+    out_ts = t[hi - 1]
+    if ordered:  # the record cache's last-write order: (index of the window's last record, start)
+        by = np.lexsort((starts, _range_op(np.array(at, np.int64)[order], np.maximum, lo, hi)))
+        starts, w_kid, out_ts, counts = starts[by], w_kid[by], out_ts[by], counts[by]
+        columns = [c[by] for c in columns]
+    count_list = counts.tolist()
+    parts = [
+        list(zip(count_list, c.tolist(), strict=True)) if kind == "mean" else c.tolist()
+        for (kind, _f), c in zip(kinds, columns, strict=True)
+    ]
+    id_keys = list(ids)
+    accs = parts[0] if single else list(zip(*parts, strict=True))
+    return list(map(id_keys.__getitem__, w_kid.tolist())), starts.tolist(), accs, out_ts.tolist(), count_list
+
+
+def _range_op(values: np.ndarray, op: Any, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``op`` (``np.minimum`` / ``np.maximum``) over ``values[lo:hi]`` for every query (``hi > lo``), from a
+    sparse table up to the longest query: row ``l`` holds ``op`` over ``[i, i + 2**l)``."""
+    if not len(lo):
+        return values[:0]
+    span = hi - lo
+    k = np.frexp(span.astype(np.float64))[1] - 1  # floor(log2(span)), exact for spans below 2**53
+    table = [values]
+    for lv in range(1, int(k.max()) + 1):
+        h = 1 << (lv - 1)
+        prev = table[-1]
+        table.append(op(prev[:-h], prev[h:]))
+    out = np.empty(len(lo), values.dtype)
+    for lv in np.unique(k).tolist():
+        sel = np.flatnonzero(k == lv)
+        row = table[lv]
+        out[sel] = op(row[lo[sel]], row[hi[sel] - (1 << lv)])
+    return out
+
+
+def _row_windows(
+    kinds: list[tuple[str, str | None]],
+    keys: list[Hashable],
+    ts: list[int],
+    at: list[int],
+    cols: list[list[Any]],
+    partial: list[tuple[Hashable, int, int, int]],
+    values: Sequence[Any],
+    size: int,
+    adv: int,
+    ordered: bool,
+    single: bool,
+) -> Written:
+    """Every window the batch writes, a key at a time in Python: the path for batches with partially late
+    records (folded into their open windows one by one) and for values beyond int64."""
+    clean: dict[Hashable, list[tuple[int, int]]] = {}
+    for k, t, i in zip(keys, ts, at, strict=True):
+        rows = clean.get(k)
+        if rows is None:
+            clean[k] = [(t, i)]
+        else:
+            rows.append((t, i))
+    col_at = [dict(zip(at, col, strict=True)) for col in cols]
+    if partial:
+        late_at = [p[2] for p in partial]
+        for (kind, field), d in zip(kinds, col_at, strict=True):
+            d.update(zip(late_at, part_column(kind, field, [values[i] for i in late_at]), strict=True))
+    writes: list[tuple[int, int, Hashable, Any, int, int]] = []
+    late_by_key: dict[Hashable, dict[int, list[Any]]] = {}
+    for k, t, i, lo in partial:
+        per_start = late_by_key.setdefault(k, {})
+        mine = [one_part(kind, cols_[i]) for (kind, _f), cols_ in zip(kinds, col_at, strict=True)]
+        for s in range(lo, t + 1, adv):
+            c = per_start.get(s)
+            if c is None:
+                per_start[s] = [i, t, 1, mine]
+            else:
+                c[0] = max(c[0], i)
+                c[1] = max(c[1], t)
+                c[2] += 1
+                c[3] = [merge_part(kind, x, y) for (kind, _f), x, y in zip(kinds, c[3], mine, strict=True)]
+    for k in clean.keys() | late_by_key.keys():
+        writes += _key_windows(k, clean.get(k, []), late_by_key.get(k, {}), kinds, col_at, size, adv, single, ordered)
+    if ordered:
+        writes.sort(key=lambda c: (c[0], c[1]))
+    if not writes:
+        return [], [], [], [], []
+    _last, starts, wkeys, accs, wts, counts = zip(*writes, strict=True)
+    return list(wkeys), list(starts), list(accs), list(wts), list(counts)
+
+
+def _combiner(kinds: list[tuple[str, str | None]], single: bool) -> Any:
+    """``combine_all(held accumulators, the batch's)`` for :meth:`TimeWindowProcessor.write_windows`: a part
+    at a time over the whole column; :class:`BatchFallback` when a held part is not an exact int."""
+    fns = [_COMBINE_ALL[kind] for kind, _f in kinds]
+    if single:
+        return fns[0]
+
+    def combine_all(held: list[Any], new: Sequence[Any]) -> list[Any]:
+        parts = [fn(list(h), list(b)) for fn, h, b in zip(fns, zip(*held, strict=True), zip(*new, strict=True))]
+        return list(zip(*parts, strict=True))
+
+    return combine_all
+
+
+def _ints_only(held: list[Any]) -> None:
+    if set(map(type, held)) - {int}:
+        raise BatchFallback  # a float from earlier records: regrouping would round differently
+
+
+def _combine_counts(held: list[int], new: Sequence[int]) -> list[int]:
+    return list(map(operator.add, held, new))
+
+
+def _combine_sums(held: list[Any], new: Sequence[int]) -> list[int]:
+    _ints_only(held)
+    return list(map(operator.add, held, new))
+
+
+def _combine_means(held: list[Any], new: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    _ints_only([h[1] for h in held])
+    return [(a[0] + b[0], a[1] + b[1]) for a, b in zip(held, new, strict=True)]
+
+
+def _combine_mins(held: list[Any], new: Sequence[int]) -> list[Any]:
+    return [combine_part("min", a, b) for a, b in zip(held, new, strict=True)]
+
+
+def _combine_maxs(held: list[Any], new: Sequence[int]) -> list[Any]:
+    return [combine_part("max", a, b) for a, b in zip(held, new, strict=True)]
+
+
+_COMBINE_ALL: dict[str, Callable[[list[Any], Sequence[Any]], list[Any]]] = {
+    "count": _combine_counts,
+    "sum": _combine_sums,
+    "mean": _combine_means,
+    "min": _combine_mins,
+    "max": _combine_maxs,
+}
 
 
 def one_part(kind: str, v: Any) -> Any:

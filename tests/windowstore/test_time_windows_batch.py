@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.windowstore.batch_paths import run_batches
+from windowstore import time_windows_batch
 from windowstore.aggregations import parse_aggregations
 from windowstore.time_windows import TimeWindowProcessor, TimeWindows
 from windowstore.time_windows_batch import batch_kinds, process_batch
@@ -77,3 +79,67 @@ def test_batch_kinds_name_what_the_path_computes() -> None:
     assert batch_kinds(parse_aggregations("count,sum:x")) == [("count", None), ("sum", "x")]
     assert batch_kinds(parse_aggregations("collect")) is None
     assert batch_kinds(parse_aggregations("count,stddev")) is None
+
+
+AGGS_EXACT = ["count", "sum", "min", "max", "mean", "count,sum,min,max,mean", "sum:x,max:x"]
+#: up to where the all-keys numpy path keeps int64 arithmetic, and beyond it (the row path takes such batches)
+edge_ints = st.sampled_from([2**40, -(2**40), 2**61, -(2**62), 2**63 - 1, -(2**63)])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 2000),
+    st.integers(1, 50),
+    st.sampled_from(["update", "close"]),
+    st.sampled_from([0, 1_764_000_000_000]),
+    st.sampled_from(AGGS_EXACT),
+    st.data(),
+)
+def test_batch_path_without_late_records(
+    size: int, advance: int, emit: str, base: int, agg: str, data: st.DataObject
+) -> None:
+    """Batches without a late record take the all-keys numpy path: grace beyond the input's span, or grace 0 and
+    the records in time order (close mode then emits); several keys, three batches with and without a flush
+    between them (update mode: windows re-written while unflushed), epoch timestamps, values at the int64 guard."""
+    advance = min(advance, size)
+    value = st.one_of(st.integers(-3, 3), st.integers(-3, 3), edge_ints)
+    recs = data.draw(
+        st.lists(
+            st.tuples(st.sampled_from(["a", "b", "c", "d", "é"]), value, st.integers(0, 3000).map(lambda t: base + t)),
+            max_size=60,
+        )
+    )
+    grace = data.draw(st.sampled_from([0, 10_000]))
+    if grace == 0:
+        recs.sort(key=lambda r: r[2])
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(recs)), min_size=2, max_size=2)))
+    parts = [recs[: cuts[0]], recs[cuts[0] : cuts[1]], recs[cuts[1] :]]
+    flushes = data.draw(st.lists(st.booleans(), min_size=3, max_size=3))
+    w = TimeWindows(size, advance, grace)
+    ref = TimeWindowProcessor(w, parse_aggregations(agg), emit)
+    bat = TimeWindowProcessor(w, parse_aggregations(agg), emit)
+    assert _run(bat, parts, agg, True, flushes) == _run(ref, parts, agg, False, flushes)
+    assert _state(bat) == _state(ref)
+
+
+def test_batches_without_late_records_do_not_take_the_row_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The all-keys numpy path computes such a batch by itself (the property test above would pass on the row
+    path alone): with the row path disabled the results are still the record path's."""
+    recs = [(k, v, 1_764_000_000_000 + t) for t, (k, v) in enumerate([("a", 3), ("b", -2), ("a", 5), ("c", 7)] * 50)]
+    # in time order, grace 0: no record is late, and close mode emits the windows that time passes
+    parts = [recs[:90], recs[90:]]
+
+    def no_row_path(*_a: object) -> None:
+        raise AssertionError("the row path was taken")
+
+    for emit in ("update", "close"):
+        w = TimeWindows(50, 10, 0)
+        ref = TimeWindowProcessor(w, parse_aggregations("count,sum,min,max,mean"), emit)
+        bat = TimeWindowProcessor(w, parse_aggregations("count,sum,min,max,mean"), emit)
+        expected = _run(ref, parts, "x", False, [False, True])
+        with monkeypatch.context() as m:
+            m.setattr(time_windows_batch, "_row_windows", no_row_path)
+            got = _run(bat, parts, "x", True, [False, True])
+        assert got == expected
+        assert len(expected) > 20
+        assert _state(bat) == _state(ref)
