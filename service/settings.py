@@ -118,6 +118,19 @@ def _int(minimum: int) -> Callable[[str | int], int]:
     return parse
 
 
+#: the largest ``state_cache_tasks`` accepted: beyond any deployment's number of input partitions per worker
+MAX_CACHE_TASKS = 100_000
+
+
+def _cache_tasks(text: str | int) -> int:
+    v = _int(0)(text)
+    if v == 0:
+        raise ValueError("must be at least 1 (to keep no windows between micro-batches: state_cache=false)")
+    if v > MAX_CACHE_TASKS:
+        raise ValueError(f"must be at most {MAX_CACHE_TASKS} (tasks per Python worker), got {v}")
+    return v
+
+
 def _port(text: str | int) -> int:
     v = _int(0)(text)
     if v > 65535:
@@ -430,6 +443,14 @@ class Settings:
         "keep each task's windows in the Python worker between micro-batches "
         "(validated against the state store; false: always read the store)",
     )
+    state_cache_tasks: int = _s(
+        64,
+        _cache_tasks,
+        "tasks whose windows each Python worker keeps between micro-batches (state_cache); beyond it the "
+        "least recently used task's are dropped and read back from the state store when it runs again "
+        "(exact, slower): bounds the workers' memory, which is the windows of the tasks they keep",
+        "N",
+    )
     task_owners: bool = _s(
         True,
         _bool,
@@ -443,6 +464,20 @@ class Settings:
         "Python workers regroup the processor's input a key run at a time "
         "(Spark starts them from service.spark.python_daemon / python_worker; pyspark's own "
         "path walks the input row by row); false: pyspark's daemon and worker unchanged",
+    )
+    prestart_workers: bool = _s(
+        False,
+        _bool,
+        "start Spark's Python workers (one per core, the processor's modules imported) while the query "
+        "starts, instead of in its first micro-batch",
+    )
+    class_data_cache: str = _s(
+        "~/.cache/slidingwindow/cds",
+        _str,
+        "folder of the driver JVM's class-data archive (AppCDS): made by the first start once its first "
+        "micro-batch is done, mapped by every later start of the same JVM and jars for a faster start; a "
+        "folder that cannot be written only means no archive; empty: off",
+        "DIR",
     )
     app_name: str = _s("slidingwindow", _nonempty, "Spark application name", "NAME")
     spark_conf: tuple[tuple[str, str], ...] = _s(

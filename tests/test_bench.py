@@ -233,3 +233,31 @@ def test_service_bench_latency_figures_split_event_time_latency_into_disorder_an
     assert got["instant_max_ms"] == 6_000 and got["instant_p50_ms"] == 1_000  # sorted 0, 1,000, 6,000
     assert got["full_p50_ms"] == got["full_max_ms"] == 10_000
     assert got["p50_ms"] == 700 and got["event_p50_ms"] == 6_700
+
+
+@pytest.mark.integration
+def test_recovery_bench_times_a_fresh_start_and_a_restart_and_checks_the_output() -> None:
+    """A tiny run of the recovery bench (its own broker): a fresh start, one SIGKILL and restart; every step of
+    both starts is timed, the memory of the service's processes sampled, and the changelog after the restart
+    equals the replay of the input (the bench's own check)."""
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "recovery_bench.py"),
+            *("--records", "4000", "--keys", "40", "--event-rate", "50", "--partitions", "2"),
+            *("--batch", "1000", "--live-rate", "40", "--live-before-kill", "4", "--restarts", "1"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in run.stdout.splitlines() if "|" in line}
+    steps = ("JVM up", "SparkSession ready", "query started", "first micro-batch started", "first changelog record")
+    times = {step: [float(x) for x in rows[step]] for step in steps}
+    for column in (0, 1):  # fresh start, restart: the steps in their order
+        assert 0 < times["JVM up"][column] < times["SparkSession ready"][column], times
+        assert times["query started"][column] < times["first changelog record"][column], times
+    assert "| restart 1 | driver JVM | 1 |" in run.stdout and "Python worker" in run.stdout, run.stdout
+    assert "0 lost, 0 wrong, 0 unexpected (exact" in run.stdout, run.stdout

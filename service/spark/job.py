@@ -32,12 +32,15 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from connectors.producer import PRODUCER_DEFAULTS
-from service.spark import compat
+from service.spark import classdata, compat
 from service.task.config import TaskConfig
 from service.task.runner import TaskOutput
 from service.task.state import TaskState
@@ -62,6 +65,7 @@ __all__ = [
     "windowed_frame",
     "sink_frame",
     "start_query",
+    "start_python_workers",
     "observed_columns",
 ]
 
@@ -217,7 +221,6 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> Spar
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    _quiet_spark_logging()
     conf = {
         "spark.jars": spark_jars_conf(),
         "spark.sql.session.timeZone": "UTC",
@@ -242,9 +245,32 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> Spar
     builder = SparkSession.builder.master(settings.spark_master).appName(settings.app_name)
     for k, v in conf.items():
         builder = builder.config(k, v)
+    archive = classdata.archive_for(settings.class_data_cache, conf.get("spark.jars", ""))
+    applied = _driver_java_options(archive.java_options() if archive is not None else [])
+    gateway = _start_jvm(settings, conf)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if archive is not None and not archive.exists and applied and gateway is not None:
+        classdata.dump_after_first_batch(archive, spark, gateway.jvm, gateway)
     return spark
+
+
+def _start_jvm(settings: Any, conf: dict[str, str]) -> Any:
+    """Start the driver JVM and its SparkContext as ``SparkSession.builder.getOrCreate`` would, in two steps, so
+    that the log says when the JVM was up (its gateway answers) apart from when Spark was ready: the two parts of
+    a start-up (bench/recovery_bench.py reads these lines). Nothing when this process has pyspark's JVM already
+    (``getOrCreate`` reuses it): then None, else the gateway."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return None
+    spark_conf = SparkConf().setMaster(settings.spark_master).setAppName(settings.app_name).setAll(list(conf.items()))
+    t0 = time.monotonic()
+    gateway = launch_gateway(spark_conf)
+    logger.info("driver JVM up in %.1fs", time.monotonic() - t0)
+    SparkContext(conf=spark_conf, gateway=gateway)
+    return gateway
 
 
 #: the checkpoint file manager for a checkpoint on the local file system. Spark's default goes through Hadoop's
@@ -283,11 +309,17 @@ def python_worker_conf(fast_input: bool) -> dict[str, str]:
     return dict(PYTHON_WORKER_MODULES) if fast_input and compat.patches_apply() else {}
 
 
-def _quiet_spark_logging() -> None:
-    """Point the driver JVM at the project's log4j2 config (WARN, without the per-miss state-server WARN)."""
+def _driver_java_options(extra: list[str]) -> bool:
+    """The driver JVM's options, unless ``PYSPARK_SUBMIT_ARGS`` is set already (by the user, or by an earlier
+    session of this process): the project's log4j2 config (WARN, without the per-miss state-server WARN) and
+    ``extra`` (the class-data archive's, :mod:`.classdata`). Whether they were set."""
     cfg = os.path.join(os.path.dirname(os.path.dirname(__file__)), "log4j2.properties")  # service/
-    if os.path.exists(cfg) and "PYSPARK_SUBMIT_ARGS" not in os.environ:
-        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-java-options -Dlog4j2.configurationFile=file:{cfg} pyspark-shell"
+    if "PYSPARK_SUBMIT_ARGS" in os.environ:
+        return False
+    options = ([f"-Dlog4j2.configurationFile=file:{cfg}"] if os.path.exists(cfg) else []) + extra
+    if options:
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-java-options {shlex.quote(' '.join(options))} pyspark-shell"
+    return True
 
 
 def _kafka_options(settings: Any) -> dict[str, str]:
@@ -463,6 +495,32 @@ def await_termination(query: StreamingQuery, seconds: float) -> bool:
     except StreamingQueryException:
         return True
     return not query.isActive
+
+
+def start_python_workers(spark: Any) -> threading.Thread:
+    """Have Spark start its Python daemon and one worker per core, with the processor's modules imported, from a
+    thread, while the query starts: a tiny ``mapInPandas`` job whose workers Spark keeps for reuse
+    (``spark.python.worker.reuse``), so the first micro-batch does not wait for them."""
+
+    def run() -> None:
+        t0 = time.monotonic()
+        n = max(1, int(spark.sparkContext.defaultParallelism))
+        try:
+            spark.range(0, n, 1, n).mapInPandas(_import_processor, "id long").collect()
+        except Exception as e:  # only a head start: the first micro-batch starts them otherwise
+            logger.info("could not start the Python workers ahead: %s", str(e).splitlines()[0])
+            return
+        logger.info("%d Python workers started ahead in %.1fs", n, time.monotonic() - t0)
+
+    t = threading.Thread(target=run, name="slidingwindow-python-workers", daemon=True)
+    t.start()
+    return t
+
+
+def _import_processor(frames: Iterator[Any]) -> Iterator[Any]:
+    """The warm-up job's function (:func:`start_python_workers`): unpickling it imports this module, and so the
+    processor's modules, in the worker."""
+    yield from frames
 
 
 def start_query(spark: Any, settings: Any, config: TaskConfig, query_name: str = "slidingwindow") -> StreamingQuery:
