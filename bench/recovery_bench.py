@@ -60,6 +60,10 @@ FIRST_BATCH = re.compile(r"first micro-batch (\d+) started at (\S+) \(took (\S+)
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 
 
+class ServiceExited(RuntimeError):
+    """The service exited before its first output."""
+
+
 @dataclass
 class Start:
     """One start of the service: its label, when it began (epoch s) and what its log and the changelog said."""
@@ -69,6 +73,7 @@ class Start:
     steps: dict[str, float] = field(default_factory=dict)  # step -> seconds after ``began``
     first_batch_ms: str = ""
     in_flight: bool | None = None  # the kill that ended it found a micro-batch in flight
+    attempts: int = 1  # starts until one wrote output (a failed one is restarted at once, as a supervisor would)
     memory: list[dict] = field(default_factory=list)
 
 
@@ -326,29 +331,40 @@ def main() -> int:
     }
     variant = _pairs(args.variant)
 
-    def service(label: str, with_variant: bool) -> ServiceProcess:
+    def service(label: str, with_variant: bool, attempt: int) -> ServiceProcess:
         settings = {**flags, **(variant if with_variant else {})}
         argv = [x for k, v in settings.items() for x in ("--" + k.replace("_", "-"), v)]
-        return ServiceProcess(argv, work / (re.sub(r"\W+", "-", label) + ".log"))
+        return ServiceProcess(argv, work / (re.sub(r"\W+", "-", label) + f"-{attempt}.log"))
 
     starts: list[Start] = []
 
-    def start(label: str, with_variant: bool = False) -> tuple[ServiceProcess, Start, FirstRecord]:
-        svc = service(label, with_variant)
+    def start(label: str, with_variant: bool = False) -> tuple[ServiceProcess, Start]:
+        """Start the service until a start writes output; a start that exits before (the machine's load can
+        make Spark give up on a Python worker) is started again at once, timed from the first attempt."""
         s = Start(label, time.time())
-        first = FirstRecord(bootstrap, out, s.began)
-        first.start()
-        s.began = time.time()
-        svc.start()
         starts.append(s)
-        return svc, s, first
+        for attempt in range(1, 4):
+            svc = service(label, with_variant, attempt)
+            first = FirstRecord(bootstrap, out, s.began)
+            first.start()
+            if attempt == 1:
+                s.began = time.time()
+            s.attempts = attempt
+            svc.start()
+            try:
+                settle(svc, s, first)
+                return svc, s
+            except ServiceExited as e:
+                first.done.set()
+                print(f"{label}: attempt {attempt} exited before its first output: {e}", flush=True)
+        raise RuntimeError(f"{label}: three starts exited before their first output")
 
     def settle(svc: ServiceProcess, s: Start, first: FirstRecord) -> None:
         """Wait for the start's first changelog record, then read its steps from the log."""
         deadline = time.monotonic() + args.timeout
         while first.at is None:
             if not svc.alive():
-                raise RuntimeError(f"{s.label}: the service exited:\n{svc.tail()}")
+                raise ServiceExited(svc.tail(5))
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{s.label}: no changelog record within {args.timeout} s:\n{svc.tail()}")
             time.sleep(0.05)
@@ -370,8 +386,7 @@ def main() -> int:
         kill_tree(svc.proc.pid)  # type: ignore[union-attr]
         svc.kill()  # reaps the driver (and SIGKILLs its group, gone already)
 
-    svc, s, first = start("fresh start")
-    settle(svc, s, first)
+    svc, s = start("fresh start")
     wait_until_committed(ck, topic, end_offsets(bootstrap, topic), svc, timeout=args.timeout)
     print(f"backlog committed {time.time() - s.began:.1f} s after the start", flush=True)
     live = LiveProducer(
@@ -389,8 +404,7 @@ def main() -> int:
     for i in range(args.restarts):
         crash(svc, s)
         with_variant = bool(variant) and i % 4 in (1, 2)
-        svc, s, first = start(f"restart {i + 1}" + (" (variant)" if with_variant else ""), with_variant)
-        settle(svc, s, first)
+        svc, s = start(f"restart {i + 1}" + (" (variant)" if with_variant else ""), with_variant)
     time.sleep(args.live_before_kill)
     s.memory = process_memory(svc.proc.pid)  # type: ignore[union-attr]
     live.finish()
@@ -431,6 +445,11 @@ def main() -> int:
     for step in steps:
         lines.append(f"| {step} | " + " | ".join(f"{s.steps.get(step, float('nan')):.1f}" for s in starts) + " |")
     lines.append("| first micro-batch took (ms) | " + " | ".join(s.first_batch_ms for s in starts) + " |")
+    lines.append(
+        "| starts until output (a failed start restarted at once) | "
+        + " | ".join(str(s.attempts) for s in starts)
+        + " |"
+    )
     lines.append(
         "| killed with a micro-batch in flight | "
         + " | ".join({True: "yes", False: "no", None: "-"}[s.in_flight] for s in starts)

@@ -359,7 +359,7 @@ def run(
     install_signal_handlers: bool = True,
 ) -> int:
     """Run the service until ``stop`` is set, SIGINT/SIGTERM, or the query fails. Returns an exit code."""
-    from service.spark.job import await_termination, build_spark, start_python_workers, start_query
+    from service.spark.job import await_termination, build_spark, start_query
     from service.spark.listener import query_listener
 
     stop = stop or threading.Event()
@@ -391,8 +391,6 @@ def run(
 
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
-    if settings.prestart_workers:
-        start_python_workers(spark)
     query = start_query(spark, settings, config)
     logger.info(
         "streaming %s -> %s (emit %s, td %d ms, grace %d ms), checkpoint %s",

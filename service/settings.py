@@ -131,6 +131,25 @@ def _cache_tasks(text: str | int) -> int:
     return v
 
 
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
+_SIZE_MIB = {"k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024 * 1024}
+#: the smallest driver heap accepted: Spark refuses to start below 450 MiB of system memory for the JVM
+MIN_DRIVER_MEMORY_MIB = 512
+MAX_DRIVER_MEMORY_MIB = 1024 * 1024
+
+
+def _driver_memory(text: str) -> str:
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise ValueError(f"expected a size such as 512m, 2g or a number of MiB, got {text!r}")
+    mib = int(m.group(1)) * _SIZE_MIB[m.group(2).lower()]
+    if not MIN_DRIVER_MEMORY_MIB <= mib <= MAX_DRIVER_MEMORY_MIB:
+        raise ValueError(
+            f"must be between {MIN_DRIVER_MEMORY_MIB}m and 1t (Spark needs 450 MiB at least), got {text!r}"
+        )
+    return f"{int(m.group(1))}{m.group(2).lower() or 'm'}"
+
+
 def _port(text: str | int) -> int:
     v = _int(0)(text)
     if v > 65535:
@@ -465,12 +484,6 @@ class Settings:
         "(Spark starts them from service.spark.python_daemon / python_worker; pyspark's own "
         "path walks the input row by row); false: pyspark's daemon and worker unchanged",
     )
-    prestart_workers: bool = _s(
-        False,
-        _bool,
-        "start Spark's Python workers (one per core, the processor's modules imported) while the query "
-        "starts, instead of in its first micro-batch",
-    )
     class_data_cache: str = _s(
         "~/.cache/slidingwindow/cds",
         _str,
@@ -478,6 +491,14 @@ class Settings:
         "micro-batch is done, mapped by every later start of the same JVM and jars for a faster start; a "
         "folder that cannot be written only means no archive; empty: off",
         "DIR",
+    )
+    driver_memory: str = _s(
+        "1g",
+        _driver_memory,
+        "heap of the driver JVM (spark.driver.memory; with a local master Spark's tasks and the state "
+        "store's on-heap parts live in it), e.g. 768m, 2g: with state_cache_tasks the bound on the "
+        "service's memory",
+        "SIZE",
     )
     app_name: str = _s("slidingwindow", _nonempty, "Spark application name", "NAME")
     spark_conf: tuple[tuple[str, str], ...] = _s(

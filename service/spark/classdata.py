@@ -4,9 +4,9 @@ verified again.
 
 * No archive yet for this JVM and these jars: the JVM starts with ``-XX:+RecordDynamicDumpInfo`` and, once the
   query has completed a micro-batch (every class of the steady path loaded), the driver has it write a dynamic
-  archive (``VM.cds dynamic_dump`` through the JVM's DiagnosticCommand MBean, so no ``jcmd`` is needed: the
-  runtime image has a JRE only) under a temporary name, renamed when complete: a start never maps a half-written
-  archive, and a SIGKILLed first run leaves at most a temporary file.
+  archive with the JDK's ``jcmd`` (``VM.cds dynamic_dump``) under a temporary name, renamed when complete: a
+  start never maps a half-written archive, and a SIGKILLed first run leaves at most a temporary file. The JVM
+  pauses while it writes (once). A JRE without ``jcmd`` (the runtime image) makes no archive.
 * An archive: the JVM starts with ``-XX:SharedArchiveFile``. The name holds a fingerprint of the JVM and of
   Spark's jars, so an upgrade of either makes a new one; an archive the JVM still cannot use is ignored by it
   (sharing is ``auto``), silently (its cds logging off).
@@ -23,6 +23,7 @@ import hashlib
 import logging
 import os
 import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -34,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 #: how long the driver waits for the first micro-batch before it archives the classes loaded so far
 WAIT_FOR_BATCH_S = 600.0
+#: how long the dump may take (the JVM pauses while it writes: seconds on a quiet machine, a minute at load 12)
+DUMP_TIMEOUT_S = 600.0
 
 
 class Archive:
@@ -52,27 +55,27 @@ class Archive:
             return [f"-XX:SharedArchiveFile={self.path}", "-Xshare:auto", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
         return ["-XX:+RecordDynamicDumpInfo"]
 
-    def dump(self, jvm: Any, gateway: Any) -> bool:
-        """Have the running JVM (started with :meth:`java_options` before the archive existed) write it."""
+    def dump(self, pid: int) -> bool:
+        """Have the running JVM ``pid`` (started with :meth:`java_options` before the archive existed) write it,
+        with the JDK's ``jcmd`` (``VM.cds dynamic_dump``)."""
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        jcmd = _jcmd()
+        if jcmd is None:
+            logger.info("no JVM class-data archive: this JVM has no jcmd (a JRE); later starts run without one")
+            return False
         t0 = time.monotonic()
         try:
-            args = gateway.new_array(jvm.java.lang.String, 2)
-            args[0], args[1] = "dynamic_dump", str(tmp)
-            params = gateway.new_array(jvm.java.lang.Object, 1)
-            params[0] = args
-            signature = gateway.new_array(jvm.java.lang.String, 1)
-            signature[0] = "[Ljava.lang.String;"
-            server = jvm.java.lang.management.ManagementFactory.getPlatformMBeanServer()
-            name = jvm.javax.management.ObjectName("com.sun.management:type=DiagnosticCommand")
-            result = str(server.invoke(name, "vmCds", params, signature) or "")
-            if not tmp.is_file() or tmp.stat().st_size == 0:
-                raise RuntimeError(result.strip() or "no archive written")
+            done = subprocess.run(
+                [jcmd, str(pid), "VM.cds", "dynamic_dump", str(tmp)],
+                capture_output=True,
+                text=True,
+                timeout=DUMP_TIMEOUT_S,
+            )
+            if done.returncode != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
+                raise RuntimeError((done.stdout + done.stderr).strip().splitlines()[-1:] or "no archive written")
             tmp.replace(self.path)
         except Exception as e:  # never a reason to stop: the next start runs without the archive
-            lines = str(e).splitlines()
-            why = next((ln.strip() for ln in lines if "Exception" in ln or "Error" in ln), lines[0] if lines else e)
-            logger.warning("cannot write the JVM class-data archive %s: %s", self.path, why)
+            logger.warning("cannot write the JVM class-data archive %s: %s", self.path, e)
             tmp.unlink(missing_ok=True)
             return False
         logger.info(
@@ -82,6 +85,14 @@ class Archive:
             self.path,
         )
         return True
+
+
+def _jcmd() -> str | None:
+    """The ``jcmd`` of the JVM Spark runs (``JAVA_HOME``, else the ``java`` on the PATH)."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = Path(java_home, "bin", "java") if java_home else Path(shutil.which("java") or "java")
+    jcmd = java.resolve().parent / "jcmd"
+    return str(jcmd) if jcmd.is_file() else None
 
 
 def _fingerprint(spark_home: Path, extra_jars: str) -> str:
@@ -124,7 +135,7 @@ def archive_for(folder: str, extra_jars: str = "") -> Archive | None:
     return Archive(root / f"spark-{pyspark.__version__}-{_fingerprint(spark_home, extra_jars)}.jsa")
 
 
-def dump_after_first_batch(archive: Archive, spark: Any, jvm: Any, gateway: Any) -> threading.Thread:
+def dump_after_first_batch(archive: Archive, spark: Any, pid: int) -> threading.Thread:
     """Write ``archive`` from a thread once a streaming query of ``spark`` has completed a micro-batch (or after
     :data:`WAIT_FOR_BATCH_S`), so that it holds the classes of the query's steady path too."""
 
@@ -138,7 +149,7 @@ def dump_after_first_batch(archive: Archive, spark: Any, jvm: Any, gateway: Any)
         except Exception as e:  # the session stopped meanwhile
             logger.debug("no class-data archive: %s", e)
             return
-        archive.dump(jvm, gateway)
+        archive.dump(pid)
 
     t = threading.Thread(target=run, name="slidingwindow-class-data", daemon=True)
     t.start()

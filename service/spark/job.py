@@ -34,7 +34,6 @@ import logging
 import os
 import shlex
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -65,7 +64,6 @@ __all__ = [
     "windowed_frame",
     "sink_frame",
     "start_query",
-    "start_python_workers",
     "observed_columns",
 ]
 
@@ -237,6 +235,7 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> Spar
         # redact the Kafka security options (connectors.security) wherever Spark shows data source options
         "spark.sql.redaction.options.regex": "(?i)url|password|jaas|ssl[.]keystore[.]key|ssl[.]truststore[.]cert",
         "spark.python.worker.reuse": "true",
+        "spark.driver.memory": settings.driver_memory,
         **checkpoint_file_conf(settings.checkpoint_dir),
         **python_worker_conf(settings.fast_input),
     }
@@ -251,7 +250,7 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> Spar
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if archive is not None and not archive.exists and applied and gateway is not None:
-        classdata.dump_after_first_batch(archive, spark, gateway.jvm, gateway)
+        classdata.dump_after_first_batch(archive, spark, gateway.proc.pid)
     return spark
 
 
@@ -495,32 +494,6 @@ def await_termination(query: StreamingQuery, seconds: float) -> bool:
     except StreamingQueryException:
         return True
     return not query.isActive
-
-
-def start_python_workers(spark: Any) -> threading.Thread:
-    """Have Spark start its Python daemon and one worker per core, with the processor's modules imported, from a
-    thread, while the query starts: a tiny ``mapInPandas`` job whose workers Spark keeps for reuse
-    (``spark.python.worker.reuse``), so the first micro-batch does not wait for them."""
-
-    def run() -> None:
-        t0 = time.monotonic()
-        n = max(1, int(spark.sparkContext.defaultParallelism))
-        try:
-            spark.range(0, n, 1, n).mapInPandas(_import_processor, "id long").collect()
-        except Exception as e:  # only a head start: the first micro-batch starts them otherwise
-            logger.info("could not start the Python workers ahead: %s", str(e).splitlines()[0])
-            return
-        logger.info("%d Python workers started ahead in %.1fs", n, time.monotonic() - t0)
-
-    t = threading.Thread(target=run, name="slidingwindow-python-workers", daemon=True)
-    t.start()
-    return t
-
-
-def _import_processor(frames: Iterator[Any]) -> Iterator[Any]:
-    """The warm-up job's function (:func:`start_python_workers`): unpickling it imports this module, and so the
-    processor's modules, in the worker."""
-    yield from frames
 
 
 def start_query(spark: Any, settings: Any, config: TaskConfig, query_name: str = "slidingwindow") -> StreamingQuery:
