@@ -779,12 +779,17 @@ def main() -> int:
                 f"{r.get('event_max_ms')} | {r.get('instant_p99_ms')} | {r.get('full_p99_ms', '-')} | "
                 f"{r.get('batch_s_p50') or 0:.2f} |"
             )
+    report(lines, args.out)
+    return 0
+
+
+def report(lines: list[str], out: str) -> None:
+    """Print a bench's table; ``out``: also append it to that file."""
     text = "\n".join(lines) + "\n"
     print(text)
-    if args.out:
-        with open(args.out, "a") as f:
+    if out:
+        with open(out, "a") as f:
             f.write(text)
-    return 0
 
 
 if __name__ == "__main__":

@@ -300,11 +300,13 @@ def _on_progress(
     def on_progress(progress: Any) -> None:
         if first:  # the start-up's last step (bench/recovery_bench.py reads this line)
             first.clear()
+            parts = dict(progress.durationMs or {})
             logger.info(
-                "first micro-batch %s started at %s (took %s ms)",
+                "first micro-batch %s started at %s (took %s ms) %s",
                 progress.batchId,
                 progress.timestamp,
-                (progress.durationMs or {}).get("triggerExecution"),
+                parts.pop("triggerExecution", None),
+                " ".join(f"{k}={v / 1000:.1f}s" for k, v in sorted(parts.items()) if v >= 100),
             )
         try:
             report = _report(progress, lag, late_topic)
