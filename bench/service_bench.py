@@ -96,21 +96,48 @@ def produce_backlog(bootstrap, topic, n, keys, event_rate, grace_ms, ooo, seed=1
 
 
 class LiveProducer(threading.Thread):
-    """Produces ``rate`` records/s for ``seconds``: JSON ``{"amount", "sent"}`` (``sent`` = the wall clock in ms),
-    event time = the wall clock, ``ooo`` of them shifted back by up to ``grace_ms`` (also bench/side_by_side.py's
-    live phase)."""
+    """Produces ``rate`` records/s for ``seconds`` (or until :meth:`finish`): JSON ``{"amount", "sent"}`` (``sent``
+    = the wall clock in ms), event time = the wall clock, ``ooo`` of them shifted back by up to ``grace_ms`` (also
+    bench/side_by_side.py's live phase). With ``event_base_ms``, the i-th record's event time is ``event_base_ms +
+    i * 1000 / event_rate`` instead: the continuation of a :func:`produce_backlog` that ended there, so the windows
+    the backlog filled stay full (bench/recovery_bench.py)."""
 
     TICK_S = 0.005
 
-    def __init__(self, bootstrap, topic, rate, keys, grace_ms, ooo, seconds, key_prefix="acct-", linger_ms=5):
+    def __init__(
+        self,
+        bootstrap,
+        topic,
+        rate,
+        keys,
+        grace_ms,
+        ooo,
+        seconds,
+        key_prefix="acct-",
+        linger_ms=5,
+        event_base_ms=None,
+        event_rate=0.0,
+    ):
         super().__init__(daemon=True)
         from confluent_kafka import Producer
 
         self.p = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms})
         self.topic, self.rate, self.keys, self.grace, self.ooo, self.seconds = topic, rate, keys, grace_ms, ooo, seconds
         self.key_prefix = key_prefix
+        self.event_base_ms, self.event_rate = event_base_ms, event_rate
         self.sent = 0
         self.start_ms = int(time.time() * 1000)  # no record is sent before (reset when the thread starts)
+        self._finish = threading.Event()
+
+    def finish(self):
+        """Stop producing at the next tick (the thread flushes and ends)."""
+        self._finish.set()
+
+    def event_time(self, i: int, now_ms: int) -> int:
+        """The event time of the ``i``-th record, produced at ``now_ms`` (before the out-of-order shift)."""
+        if self.event_base_ms is None:
+            return now_ms
+        return self.event_base_ms + int(i * 1000 / self.event_rate)
 
     def run(self):
         # every TICK_S, everything due by then: one wake-up per tick, not one sleep per record (at 10,000/s
@@ -119,11 +146,12 @@ class LiveProducer(threading.Thread):
         rnd = random.Random(2)
         t0 = time.monotonic()
         self.start_ms = int(time.time() * 1000)
-        while (elapsed := time.monotonic() - t0) < self.seconds:
+        while (elapsed := time.monotonic() - t0) < self.seconds and not self._finish.is_set():
             due = int(elapsed * self.rate) + 1 - self.sent
             now = int(time.time() * 1000)
-            for _ in range(due):
-                ts = now - rnd.randint(1, self.grace) if rnd.random() < self.ooo else now
+            for j in range(due):
+                t = self.event_time(self.sent + j, now)
+                ts = t - rnd.randint(1, self.grace) if rnd.random() < self.ooo else t
                 k = f"{self.key_prefix}{rnd.randrange(self.keys):05d}".encode()
                 self.p.produce(
                     self.topic, key=k, value=b'{"amount": %d, "sent": %d}' % (rnd.randint(1, 1000), now), timestamp=ts
@@ -751,12 +779,17 @@ def main() -> int:
                 f"{r.get('event_max_ms')} | {r.get('instant_p99_ms')} | {r.get('full_p99_ms', '-')} | "
                 f"{r.get('batch_s_p50') or 0:.2f} |"
             )
+    report(lines, args.out)
+    return 0
+
+
+def report(lines: list[str], out: str) -> None:
+    """Print a bench's table; ``out``: also append it to that file."""
     text = "\n".join(lines) + "\n"
     print(text)
-    if args.out:
-        with open(args.out, "a") as f:
+    if out:
+        with open(out, "a") as f:
             f.write(text)
-    return 0
 
 
 if __name__ == "__main__":

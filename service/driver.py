@@ -188,6 +188,7 @@ def task_config(settings: Settings, key_schema_id: int | None = None, value_sche
         dead_letter_topic=settings.dead_letter_topic,
         state_buckets=settings.state_buckets,
         state_cache=settings.state_cache,
+        state_cache_tasks=settings.state_cache_tasks,
         state_snapshot_every=settings.state_snapshot_every,
         owners=secrets.token_hex(16) if settings.task_owners and settings.state_cache else "",
         sink=settings.sink,
@@ -310,7 +311,19 @@ def _on_progress(
     """What the driver does with each query progress (:func:`service.spark.listener.query_listener`): the
     batch's report and metrics, the group's offsets committed (at_least_once, for lag tooling), ``on_batch``."""
 
+    first = [True]
+
     def on_progress(progress: Any) -> None:
+        if first:  # the start-up's last step (bench/recovery_bench.py reads this line)
+            first.clear()
+            parts = dict(progress.durationMs or {})
+            logger.info(
+                "first micro-batch %s started at %s (took %s ms) %s",
+                progress.batchId,
+                progress.timestamp,
+                parts.pop("triggerExecution", None),
+                " ".join(f"{k}={v / 1000:.1f}s" for k, v in sorted(parts.items()) if v >= 100),
+            )
         try:
             report = _report(progress, lag, late_topic)
         except Exception:  # never let reporting kill the listener bus

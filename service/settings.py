@@ -130,6 +130,38 @@ def _int(minimum: int) -> Callable[[str | int], int]:
     return parse
 
 
+#: the largest ``state_cache_tasks`` accepted: beyond any deployment's number of input partitions per worker
+MAX_CACHE_TASKS = 100_000
+
+
+def _cache_tasks(text: str | int) -> int:
+    v = _int(0)(text)
+    if v == 0:
+        raise ValueError("must be at least 1 (to keep no windows between micro-batches: state_cache=false)")
+    if v > MAX_CACHE_TASKS:
+        raise ValueError(f"must be at most {MAX_CACHE_TASKS} (tasks per Python worker), got {v}")
+    return v
+
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
+_SIZE_MIB = {"k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024 * 1024}
+#: the smallest driver heap accepted: Spark refuses to start below 450 MiB of system memory for the JVM
+MIN_DRIVER_MEMORY_MIB = 512
+MAX_DRIVER_MEMORY_MIB = 1024 * 1024
+
+
+def _driver_memory(text: str) -> str:
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise ValueError(f"expected a size such as 512m, 2g or a number of MiB, got {text!r}")
+    mib = int(m.group(1)) * _SIZE_MIB[m.group(2).lower()]
+    if not MIN_DRIVER_MEMORY_MIB <= mib <= MAX_DRIVER_MEMORY_MIB:
+        raise ValueError(
+            f"must be between {MIN_DRIVER_MEMORY_MIB}m and 1t (Spark needs 450 MiB at least), got {text!r}"
+        )
+    return f"{int(m.group(1))}{m.group(2).lower() or 'm'}"
+
+
 def _port(text: str | int) -> int:
     v = _int(0)(text)
     if v > 65535:
@@ -474,6 +506,14 @@ class Settings:
         "keep each task's windows in the Python worker between micro-batches "
         "(validated against the state store; false: always read the store)",
     )
+    state_cache_tasks: int = _s(
+        64,
+        _cache_tasks,
+        "tasks whose windows each Python worker keeps between micro-batches (state_cache); beyond it the "
+        "least recently used task's are dropped and read back from the state store when it runs again "
+        "(exact, slower): bounds the workers' memory, which is the windows of the tasks they keep",
+        "N",
+    )
     task_owners: bool = _s(
         True,
         _bool,
@@ -487,6 +527,23 @@ class Settings:
         "Python workers regroup the processor's input a key run at a time "
         "(Spark starts them from service.spark.python_daemon / python_worker; pyspark's own "
         "path walks the input row by row); false: pyspark's daemon and worker unchanged",
+    )
+    class_data_cache: str = _s(
+        "",
+        _str,
+        "folder of the driver JVM's class-data archive (AppCDS), e.g. ~/.cache/slidingwindow/cds: made by the "
+        "first start once its first micro-batch is done (the JVM pauses while it writes it), mapped by every "
+        "later start of the same JVM and jars for a faster start; a folder that cannot be written only means "
+        "no archive; empty (default): off",
+        "DIR",
+    )
+    driver_memory: str = _s(
+        "1g",
+        _driver_memory,
+        "heap of the driver JVM (spark.driver.memory; with a local master Spark's tasks and the state "
+        "store's on-heap parts live in it), e.g. 768m, 2g: with state_cache_tasks the bound on the "
+        "service's memory",
+        "SIZE",
     )
     app_name: str = _s("slidingwindow", _nonempty, "Spark application name", "NAME")
     spark_conf: tuple[tuple[str, str], ...] = _s(

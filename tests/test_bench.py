@@ -322,3 +322,31 @@ def test_side_by_side_applies_service_and_spark_settings() -> None:
         sbs.with_overrides(Settings(), "trigger_interval=soon")
     with pytest.raises(ValueError, match="name=value"):
         sbs.with_overrides(Settings(), "trigger_interval")
+
+
+@pytest.mark.integration
+def test_recovery_bench_times_a_fresh_start_and_a_restart_and_checks_the_output() -> None:
+    """A tiny run of the recovery bench (its own broker): a fresh start, one SIGKILL and restart; every step of
+    both starts is timed, the memory of the service's processes sampled, and the changelog after the restart
+    equals the replay of the input (the bench's own check)."""
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "recovery_bench.py"),
+            *("--records", "4000", "--keys", "40", "--event-rate", "50", "--partitions", "2"),
+            *("--batch", "1000", "--live-rate", "40", "--live-before-kill", "4", "--restarts", "1"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in run.stdout.splitlines() if "|" in line}
+    steps = ("JVM up", "SparkSession ready", "query started", "first micro-batch started", "first changelog record")
+    times = {step: [float(x) for x in rows[step]] for step in steps}
+    for column in (0, 1):  # fresh start, restart: the steps in their order
+        assert 0 < times["JVM up"][column] < times["SparkSession ready"][column], times
+        assert times["query started"][column] < times["first changelog record"][column], times
+    assert "| restart 1 | driver JVM | 1 |" in run.stdout and "Python worker" in run.stdout, run.stdout
+    assert "0 lost, 0 wrong, 0 unexpected (exact" in run.stdout, run.stdout

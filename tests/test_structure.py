@@ -21,6 +21,7 @@ PACKAGES = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file(
 #: Nothing in windowstore/ is allowed: the engine's modules talk through windowstore.state and public methods.
 ALLOWED_OUTSIDE_ENGINE = {
     "read_udfs._slidingwindow",  # pyspark worker patch marker (service/spark/python_worker.py)
+    "SparkContext._gateway",  # pyspark: whether this process has launched its JVM yet (service/spark/job.py)
     "argparse._ArgumentGroup",  # argparse: the type of an argument group, for annotations (service/settings.py)
     "os._exit",  # the standard library's exit without clean-up (devtools/demo.py, after a fork)
     # confluent_kafka's documented error codes for librdkafka's local errors (connectors/transactions.py)

@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from service.checkpoint_access import checkpoint_balance_tasks, checkpoint_state_partitions
-from service.spark import compat
+from service.spark import classdata, compat
 from service.spark_kafka_options import sink_options, source_options
 from service.task.config import TaskConfig
 from service.task.runner import TaskBatch, TaskOutput
@@ -216,7 +218,6 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> Spar
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    _quiet_spark_logging()
     conf = {
         "spark.jars": spark_jars_conf(),
         "spark.sql.session.timeZone": "UTC",
@@ -233,6 +234,7 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> Spar
         # redact the Kafka security options (connectors.security) wherever Spark shows data source options
         "spark.sql.redaction.options.regex": "(?i)url|password|jaas|ssl[.]keystore[.]key|ssl[.]truststore[.]cert",
         "spark.python.worker.reuse": "true",
+        "spark.driver.memory": settings.driver_memory,
         **checkpoint_file_conf(settings.checkpoint_dir),
         **python_worker_conf(settings.fast_input),
     }
@@ -241,9 +243,32 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> Spar
     builder = SparkSession.builder.master(settings.spark_master).appName(settings.app_name)
     for k, v in conf.items():
         builder = builder.config(k, v)
+    archive = classdata.archive_for(settings.class_data_cache, conf.get("spark.jars", ""))
+    applied = _driver_java_options(archive.java_options() if archive is not None else [])
+    gateway = _start_jvm(settings, conf)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if archive is not None and not archive.exists and applied and gateway is not None:
+        classdata.dump_after_first_batch(archive, spark, gateway.proc.pid)
     return spark
+
+
+def _start_jvm(settings: Any, conf: dict[str, str]) -> Any:
+    """Start the driver JVM and its SparkContext as ``SparkSession.builder.getOrCreate`` would, in two steps, so
+    that the log says when the JVM was up (its gateway answers) apart from when Spark was ready: the two parts of
+    a start-up (bench/recovery_bench.py reads these lines). Nothing when this process has pyspark's JVM already
+    (``getOrCreate`` reuses it): then None, else the gateway."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return None
+    spark_conf = SparkConf().setMaster(settings.spark_master).setAppName(settings.app_name).setAll(list(conf.items()))
+    t0 = time.monotonic()
+    gateway = launch_gateway(spark_conf)
+    logger.info("driver JVM up in %.1fs", time.monotonic() - t0)
+    SparkContext(conf=spark_conf, gateway=gateway)
+    return gateway
 
 
 #: the checkpoint file manager for a checkpoint on the local file system. Spark's default goes through Hadoop's
@@ -282,11 +307,17 @@ def python_worker_conf(fast_input: bool) -> dict[str, str]:
     return dict(PYTHON_WORKER_MODULES) if fast_input and compat.patches_apply() else {}
 
 
-def _quiet_spark_logging() -> None:
-    """Point the driver JVM at the project's log4j2 config (WARN, without the per-miss state-server WARN)."""
+def _driver_java_options(extra: list[str]) -> bool:
+    """The driver JVM's options, unless ``PYSPARK_SUBMIT_ARGS`` is set already (by the user, or by an earlier
+    session of this process): the project's log4j2 config (WARN, without the per-miss state-server WARN) and
+    ``extra`` (the class-data archive's, :mod:`.classdata`). Whether they were set."""
     cfg = os.path.join(os.path.dirname(os.path.dirname(__file__)), "log4j2.properties")  # service/
-    if os.path.exists(cfg) and "PYSPARK_SUBMIT_ARGS" not in os.environ:
-        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-java-options -Dlog4j2.configurationFile=file:{cfg} pyspark-shell"
+    if "PYSPARK_SUBMIT_ARGS" in os.environ:
+        return False
+    options = ([f"-Dlog4j2.configurationFile=file:{cfg}"] if os.path.exists(cfg) else []) + extra
+    if options:
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-java-options {shlex.quote(' '.join(options))} pyspark-shell"
+    return True
 
 
 #: slots tried per input partition when balancing tasks (see :func:`task_slot`)

@@ -28,6 +28,7 @@ class TaskConfig:
     batch: bool = True  # let the processor take windowstore's batch fast path where it applies (update, close)
     state_buckets: int = 256  # key buckets per task for NEW state (existing state keeps its own number)
     state_cache: bool = True  # keep the processor in the Python worker between micro-batches (token-checked)
+    state_cache_tasks: int = 64  # at most this many tasks' processors per worker (least recently used go first)
     state_snapshot_every: int = 16  # write the key buckets every n-th batch, a log entry of the input otherwise
     owners: str = ""  # run a task's batches in the worker that owns it, with this query key (worker.owners); "": off
     sink: str = "spark"  # "direct": the worker produces the output rows itself (connectors.producer)

@@ -15,19 +15,15 @@ from contextlib import contextmanager
 from service.task.batch import CachedTask, TaskKey
 from service.task.config import TaskConfig
 
-__all__ = ["CACHE_MAX_TASKS", "WorkerCache", "WORKER", "drop_cached", "worker_busy"]
-
-#: tasks a worker keeps processors of (the oldest goes first)
-CACHE_MAX_TASKS = 64
+__all__ = ["WorkerCache", "WORKER", "drop_cached", "worker_busy"]
 
 
 class WorkerCache:
     """One worker's processors by task (``entries``), the lock a task batch holds for its whole run, and how
     many task batches wait for it (:mod:`service.worker.owners` asks whether the worker is busy)."""
 
-    def __init__(self, max_tasks: int = CACHE_MAX_TASKS) -> None:
+    def __init__(self) -> None:
         self.entries: dict[TaskKey, CachedTask] = {}
-        self.max_tasks = max_tasks
         self.lock = threading.Lock()
         self.waiting = 0  # task batches waiting for the lock
         self._waiting_lock = threading.Lock()  # several threads start task batches (owners): += is not atomic
@@ -43,8 +39,12 @@ class WorkerCache:
         return self.entries.pop(key, None)
 
     def add(self, key: TaskKey, entry: CachedTask) -> None:
-        """Hold ``entry`` for ``key``, dropping the oldest entry when full."""
-        if key not in self.entries and len(self.entries) >= self.max_tasks:
+        """Hold ``entry`` for ``key`` as the most recently used. Beyond the task config's ``state_cache_tasks``
+        (the operator's bound on the workers' memory) the least recently used entries are dropped: their tasks'
+        next batches restore from the state store (exact, like any cache miss).
+        ``entries`` is in order of use: a batch takes its entry out (:meth:`take`) and adds it back at the end."""
+        self.entries.pop(key, None)
+        while self.entries and len(self.entries) >= key[0].state_cache_tasks:
             self.entries.pop(next(iter(self.entries)))
         self.entries[key] = entry
 

@@ -53,7 +53,7 @@ from typing import Any
 from service.task.config import TaskConfig
 from service.task.runner import TaskBatch, TaskOutput
 from service.task.state import TaskState
-from service.worker.cache import CACHE_MAX_TASKS, drop_cached, worker_busy
+from service.worker.cache import drop_cached, worker_busy
 
 __all__ = ["SUPPORTED", "RunBatch", "run", "address", "owned", "release_all"]
 
@@ -181,7 +181,7 @@ def _claim(addr: str, config: TaskConfig, topic: str, partition: int, fn: RunBat
     with _lock:
         _owned[addr] = (listener, config, topic, partition, fn)
         # a worker outlives queries (tests run many in one session): it keeps at most as many tasks as it caches
-        evicted = [_owned.pop(a) for a in list(_owned)[: max(len(_owned) - CACHE_MAX_TASKS, 0)]]
+        evicted = [_owned.pop(a) for a in list(_owned)[: max(len(_owned) - config.state_cache_tasks, 0)]]
     for old, *_rest in evicted:
         _close(old)
     threading.Thread(

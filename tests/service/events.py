@@ -149,9 +149,14 @@ def replay(
     spec: InputSpec | None = None,
     registry: Any = None,
     window: WindowDefinition | None = None,
+    sequence: bool = True,
 ) -> Expected:
     """Feed each partition's events (offset = position within the partition) through one processor: sliding
-    windows of time difference ``td``, or the windows ``window`` (its grace is ``grace``)."""
+    windows of time difference ``td``, or the windows ``window`` (its grace is ``grace``).
+
+    ``sequence=False``: only the final values, the late and the dead records; in update mode the processors are
+    flushed every :data:`FLUSH_EVERY` records instead of after each (the final value of a window does not depend
+    on when the cache is flushed), which a run of millions of window updates needs (bench/recovery_bench.py)."""
     spec = spec or InputSpec(fields=aggregation_fields(aggregations))
     decoder = InputDecoder(spec, registry=registry)
     exp = Expected()
@@ -172,21 +177,34 @@ def replay(
                 definition, parse_aggregations(aggregations), emit, None, {}.get, collect_drops=True
             )
         ups = proc.process(k, v, t) or []
-        if emit == "update":
+        if emit == "update" and (sequence or off % FLUSH_EVERY == 0):
             ups = proc.flush()  # the final value of a window does not depend on when the cache is flushed
         if proc.take_drops():
             exp.late.add((ev.partition, off))
         else:
             exp.aggregated += 1
-        for u in ups:
-            if is_tombstone(u):  # a session a merge or an extension replaced: gone from a compacted changelog
-                exp.final.pop((u.key, u.start, u.end), None)
-                exp.sequence[ev.partition].append((u.key, u.start, u.end, None, 0, u.ts))
-                continue
-            agg = _aggregates(aggregations, u.value)
-            exp.final[(u.key, u.start, u.end)] = (agg, u.count, u.ts)
-            exp.sequence[ev.partition].append((u.key, u.start, u.end, agg, u.count, u.ts))
+        _record(exp, aggregations, ev.partition, ups, sequence)
+    if emit == "update" and not sequence:
+        for partition, proc in procs.items():
+            _record(exp, aggregations, partition, proc.flush(), sequence)
     return exp
+
+
+#: records between two flushes of a partition's processor in ``replay(..., sequence=False)``
+FLUSH_EVERY = 10_000
+
+
+def _record(exp: Expected, aggregations: str, partition: int, ups: Any, sequence: bool) -> None:
+    for u in ups:
+        if is_tombstone(u):  # a session a merge or an extension replaced: gone from a compacted changelog
+            exp.final.pop((u.key, u.start, u.end), None)
+            if sequence:
+                exp.sequence[partition].append((u.key, u.start, u.end, None, 0, u.ts))
+            continue
+        agg = _aggregates(aggregations, u.value)
+        exp.final[(u.key, u.start, u.end)] = (agg, u.count, u.ts)
+        if sequence:
+            exp.sequence[partition].append((u.key, u.start, u.end, agg, u.count, u.ts))
 
 
 def changelog_final(pairs) -> dict[tuple[str, int, int], tuple[Any, int, int]]:

@@ -191,6 +191,43 @@ def _run_in_batches(cfg: TaskConfig, events, seed, fail_every, states, process):
     return rows, totals
 
 
+def test_a_worker_bounded_to_one_cached_task_stays_exact():
+    """``state_cache_tasks=1``: the partitions' batches take turns on one worker, so every batch finds another
+    task's windows cached, drops them (least recently used) and restores its own from the state store (snapshot
+    plus log). The output is the replay's, and row for row the output of the same batches with every task kept."""
+    events = payment_events(3000, seed=13)
+    exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit="update")
+    by_part = defaultdict(list)
+    for ev in events:
+        by_part[ev.partition].append(ev)
+    assert len(by_part) == 3
+    results = {}
+    for bound in (1, 64):
+        cfg = dataclasses.replace(config("update", snapshot_every=4), state_cache_tasks=bound)
+        runner, cache, rnd = TaskRunner(cfg), WorkerCache(), random.Random(5)
+        states = {p: DictTaskState() for p in by_part}
+        pos = dict.fromkeys(by_part, 0)
+        rows, hits, batches = [], 0, 0
+        while any(pos[p] < len(evs) for p, evs in by_part.items()):
+            for p, evs in sorted(by_part.items()):  # round robin: the least recently used task comes next
+                if pos[p] >= len(evs):
+                    continue
+                hi = min(len(evs), pos[p] + rnd.randint(1, 300))
+                out = run_slice(runner, states[p], p, evs, pos[p], hi, cache=cache)
+                pos[p] = hi
+                hits += out.stats["state_cache_hit"]
+                batches += 1
+                assert len(cache) <= bound
+                rows += [(p, kind, key, value) for kind, _topic, key, value, _headers in out.rows()]
+        results[bound] = rows, hits, batches
+    (rows1, hits1, n), (rows64, hits64, _n) = results[1], results[64]
+    assert n > 20
+    assert hits1 == 0  # every batch restored its task from the state store
+    assert hits64 == n - len(by_part)  # every batch but each task's first found its windows cached
+    assert rows1 == rows64
+    assert changelog_final((key, value) for _p, kind, key, value in rows1 if kind == "changelog") == exp.final
+
+
 def every_sequence(rows) -> dict:
     """The changelog per partition as (key, start, end, aggregates, count, max ts) in emission order."""
     seq = defaultdict(list)

@@ -66,6 +66,13 @@ def test_durations(text, ms):
         (["--kafka-options", "acks"], {}, "kafka_options"),
         (["--key-field", "a-b"], {}, "key_field"),
         (["--metrics-port", "-1"], {}, "metrics_port"),
+        (["--state-cache-tasks", "0"], {}, "state_cache_tasks"),
+        (["--state-cache-tasks=-3"], {}, "state_cache_tasks"),
+        ([], {ENV_PREFIX + "STATE_CACHE_TASKS": "lots"}, "state_cache_tasks"),
+        ([], {ENV_PREFIX + "STATE_CACHE_TASKS": "10000000"}, "state_cache_tasks"),
+        (["--driver-memory", "100m"], {}, "driver_memory"),
+        (["--driver-memory", "lots"], {}, "driver_memory"),
+        ([], {ENV_PREFIX + "DRIVER_MEMORY": "5t"}, "driver_memory"),
     ],
 )
 def test_invalid_setting_names_the_setting(args, env, name):
@@ -121,3 +128,15 @@ def test_a_removed_setting_as_an_env_var_warns_and_is_ignored(caplog):
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1
     assert "SLIDINGWINDOW_STATE_LOG_SHARE" in warned[0] and "removed" in warned[0] and "ignored" in warned[0]
+
+
+def test_state_cache_tasks_reaches_the_task_config():
+    from service.driver import task_config
+
+    assert task_config(load(["--state-cache-tasks", "2"], environ={})).state_cache_tasks == 2
+    assert task_config(load([], environ={})).state_cache_tasks == Settings().state_cache_tasks == 64
+
+
+@pytest.mark.parametrize(("text", "value"), [("1g", "1g"), ("768M", "768m"), ("2048", "2048m"), (" 2 GB ", "2g")])
+def test_driver_memory_is_a_size_spark_reads(text, value):
+    assert load(["--driver-memory", text], environ={}).driver_memory == value
