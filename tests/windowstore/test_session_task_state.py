@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.windowstore.external_state import ExternalState
 from windowstore import DropReason, TaskProcessor, is_tombstone, parse_aggregations
 from windowstore.serde import StateFormatError
 from windowstore.session_windows import SessionWindowProcessor, SessionWindows
@@ -22,28 +23,13 @@ BASE = 1_764_000_000_000 - 1_764_000_000_000 % 60_000
 AGGS = ["sum", "collect", "count,sum:x,max:x"]
 
 
-class Storage:
-    """The service's state between micro-batches, in memory: the last meta and one blob per key, and what each
-    restored processor read."""
-
-    def __init__(self) -> None:
-        self.meta: bytes | None = None
-        self.blobs: dict[Hashable, bytes] = {}
-        self.loads: list[Hashable] = []
-
-    def save(self, proc: SessionWindowProcessor) -> None:
-        self.meta = proc.export_meta()
-        for key, blob in proc.export_keys(proc.dirty_keys()).items():
-            if blob is None:
-                self.blobs.pop(key, None)
-            else:
-                self.blobs[key] = blob
-        proc.clear_dirty_keys()
+class Storage(ExternalState):
+    """:class:`ExternalState` whose loader refuses a key that holds no state (a session processor reads only the
+    keys the task meta names)."""
 
     def load(self, key: Hashable) -> bytes | None:
         assert key in self.blobs, f"loaded {key!r}, which holds no state"
-        self.loads.append(key)
-        return self.blobs[key]
+        return super().load(key)
 
     def restore(self, w: SessionWindows, agg: str, emit: str) -> SessionWindowProcessor:
         self.loads = []

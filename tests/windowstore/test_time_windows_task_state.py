@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.windowstore.external_state import ExternalState
 from windowstore import (
     ConfigError,
     DropReason,
@@ -36,28 +37,6 @@ batches = st.lists(st.lists(record, max_size=12), min_size=1, max_size=6)
 actions = st.lists(st.sampled_from(["none", "snapshot", "restore"]), min_size=6, max_size=6)
 
 
-class Backend:
-    """The service's state between micro-batches, in memory: the task meta and one blob per key."""
-
-    def __init__(self) -> None:
-        self.meta: bytes | None = None
-        self.blobs: dict[Any, bytes] = {}
-        self.loaded: list[Any] = []
-
-    def load(self, key: Any) -> bytes | None:
-        self.loaded.append(key)
-        return self.blobs.get(key)
-
-    def snapshot(self, proc: TaskProcessor) -> None:
-        for key, blob in proc.export_keys(proc.dirty_keys()).items():
-            if blob is None:
-                self.blobs.pop(key, None)
-            else:
-                self.blobs[key] = blob
-        proc.clear_dirty_keys()
-        self.meta = proc.export_meta()
-
-
 def _rows(cols: dict[str, Any]) -> list[tuple]:
     names = sorted(cols["values"])
     return list(
@@ -75,7 +54,7 @@ def _rows(cols: dict[str, Any]) -> list[tuple]:
 
 def _run(definition: WindowDefinition, agg: str, emit: str, batch: bool, recs: list, flushes: list, acts: list) -> list:
     """The batches through one task processor as the service drives it; what it emitted and dropped, in order."""
-    backend = Backend()
+    backend = ExternalState()
 
     def new() -> TaskProcessor:
         return new_task_processor(
@@ -104,7 +83,7 @@ def _run(definition: WindowDefinition, agg: str, emit: str, batch: bool, recs: l
             out.append(("expired", proc.expire()))
         out.append(("stream time", proc.observed_stream_time, "held", proc.windows_held))
         if acts[i] != "none":
-            backend.snapshot(proc)
+            backend.save(proc)
             if acts[i] == "restore":
                 proc = new()
     out += _rows(proc.flush_columns()) if batch else proc.flush()
@@ -141,23 +120,23 @@ def test_tumbling_comes_from_the_factory_as_a_time_window_processor() -> None:
 
 def test_a_key_is_loaded_on_first_touch_only_and_a_key_left_empty_is_deleted() -> None:
     definition = WindowDefinition("tumbling", 10)
-    backend = Backend()
+    backend = ExternalState()
     first = new_task_processor(definition, parse_aggregations("count"), "update", None, backend.load)
     for k, t in (("a", 1), ("b", 2), ("c", 3)):
         first.process(k, None, t)
     first.flush()
-    backend.snapshot(first)
+    backend.save(first)
     assert sorted(backend.blobs) == ["a", "b", "c"]
     second = new_task_processor(definition, parse_aggregations("count"), "update", backend.meta, backend.load)
-    assert second.windows_held == 3 and backend.loaded == []
+    assert second.windows_held == 3 and backend.loads == []
     second.process("a", None, 5)
-    assert backend.loaded == ["a"]
+    assert backend.loads == ["a"]
     assert [(u.key, u.value) for u in second.flush()] == [("a", 2)]
     second.process("b", None, 10)  # closes [0, 10) of every key (grace 0): a and c hold nothing any more
     second.flush()
-    assert second.expired_windows == 3 and backend.loaded == ["a", "b"]  # c was forgotten without being read
+    assert second.expired_windows == 3 and backend.loads == ["a", "b"]  # c was forgotten without being read
     assert second.export_keys(second.dirty_keys()).keys() == {"a", "b", "c"}
-    backend.snapshot(second)
+    backend.save(second)
     assert sorted(backend.blobs) == ["b"]
 
 
