@@ -334,7 +334,8 @@ def table(results: dict[float, dict[str, dict]], names: list[str]) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line (the window options and the rest that side_by_side's ``command`` reads are among it)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rates", default="1000,10000", help="live records/s, comma-separated")
     ap.add_argument(
@@ -349,6 +350,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1, choices=(1, 2), help="2: A B B A, figures pooled")
     ap.add_argument("--ooo", type=float, default=0.0, help="share of records moved back (side_by_side's ooo: 0.05)")
     ap.add_argument("--td", type=int, default=10_000)
+    sbs.add_window_options(ap)  # --window and its sizes, as side_by_side's (the _spark child takes them)
     ap.add_argument("--grace", type=int, default=2_000)
     ap.add_argument("--partitions", type=int, default=2, help="input partitions = state partitions")
     ap.add_argument("--cores", type=int, default=2, help="Spark local[N]")
@@ -357,6 +359,11 @@ def main() -> int:
     ap.add_argument("--no-stages", action="store_true", help="without Spark's event log (no stage rows)")
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--out", default="")
+    return ap
+
+
+def main() -> int:
+    ap = parser()
     args = ap.parse_args()
     configs = [parse_config(c) for c in (args.config or ["A=", "A again="])]
     if len(configs) != 2:

@@ -350,3 +350,15 @@ def test_recovery_bench_times_a_fresh_start_and_a_restart_and_checks_the_output(
         assert times["query started"][column] < times["first changelog record"][column], times
     assert "| restart 1 | driver JVM | 1 |" in run.stdout and "Python worker" in run.stdout, run.stdout
     assert "0 lost, 0 wrong, 0 unexpected (exact" in run.stdout, run.stdout
+
+
+def test_batch_phases_command_line_gives_side_by_side_what_its_service_child_reads() -> None:
+    """batch_phases runs the service through side_by_side's ``command``: every option that reads (the window
+    options included, added to side_by_side for issue 31) must be on batch_phases' command line too."""
+    bench = _bench_module("batch_phases")
+    sbs = _bench_module("side_by_side")
+    args = bench.parser().parse_args(["--window", "tumbling", "--size", "5000"])
+    args.service_settings = ""
+    cmd = sbs.command("service", args, "127.0.0.1:9092", "in", "out", Path("/tmp/unused"))
+    assert cmd[cmd.index("--window") + 1] == "tumbling" and cmd[cmd.index("--size") + 1] == "5000"
+    assert cmd[cmd.index("--batch") + 1] == "20000"
