@@ -24,6 +24,7 @@ from service import metrics
 from service.checkpoint_access import checkpoint_dir_problem, checkpoint_window_problem
 from service.settings import Settings, SettingsError
 from service.task.config import TaskConfig
+from service.task.stats import TASK_BATCHES
 
 __all__ = ["prepare", "run", "task_config", "check_window", "BatchReport", "ServiceError", "failure_line"]
 
@@ -285,6 +286,23 @@ def _report(progress: Any, lag: metrics.LagPoller | None = None, late_topic: boo
     )
 
 
+def worker_times(observed: dict[str, int]) -> str:
+    """The workers' side of a micro-batch in one phrase (sums over its tasks, so more than its wall time when
+    tasks run side by side; :mod:`service.task.stats`): where a slow first micro-batch after a restart went -
+    reading the state back and replaying its log, or processing what piled up meanwhile."""
+
+    def s(stat: str) -> str:
+        return f"{observed.get(stat, 0) / 1e9:.1f}s"
+
+    return (
+        f"workers (sum of {observed.get(TASK_BATCHES, 0)} tasks): process {s('process_ns')} "
+        f"(state read {s('state_read_ns')}, state write {s('state_write_ns')}), produce {s('produce_ns')}; "
+        f"{observed.get('records', 0)} records, {observed.get('state_buckets_loaded', 0)} state buckets loaded, "
+        f"{observed.get('state_log_replayed', 0)} log entries replayed, "
+        f"{observed.get('state_cache_hit', 0)} cached tasks"
+    )
+
+
 def processed_offsets(progress_json: str) -> dict[tuple[str, int], int]:
     """``{(topic, partition): next offset}`` the micro-batch of a query progress (its JSON) read up to."""
     out: dict[tuple[str, int], int] = {}
@@ -314,21 +332,22 @@ def _on_progress(
     first = [True]
 
     def on_progress(progress: Any) -> None:
-        if first:  # the start-up's last step (bench/recovery_bench.py reads this line)
-            first.clear()
-            parts = dict(progress.durationMs or {})
-            logger.info(
-                "first micro-batch %s started at %s (took %s ms) %s",
-                progress.batchId,
-                progress.timestamp,
-                parts.pop("triggerExecution", None),
-                " ".join(f"{k}={v / 1000:.1f}s" for k, v in sorted(parts.items()) if v >= 100),
-            )
         try:
             report = _report(progress, lag, late_topic)
         except Exception:  # never let reporting kill the listener bus
             logger.exception("cannot read query progress")
             return
+        if first:  # the start-up's last step (bench/recovery_bench.py reads this line)
+            first.clear()
+            parts = dict(progress.durationMs or {})
+            logger.info(
+                "first micro-batch %s started at %s (took %s ms) %s | %s",
+                progress.batchId,
+                progress.timestamp,
+                parts.pop("triggerExecution", None),
+                " ".join(f"{k}={v / 1000:.1f}s" for k, v in sorted(parts.items()) if v >= 100),
+                worker_times(report.observed),
+            )
         if committer is not None:  # at_least_once: the group's offsets for lag tooling, after the batch
             try:
                 committer.commit(processed_offsets(progress.json))
