@@ -18,7 +18,8 @@ configuration may change any Spark setting) on its own input topic:
 
 A configuration is ``NAME=SETTINGS``, SETTINGS ``;``-separated ``name=value`` pairs: a name starting with ``spark.``
 is a Spark setting (added to ``spark_conf``), any other a service setting; ``poll=1`` makes the child read its
-progress by polling ``recentProgress`` as side_by_side did before 2026-11-27. Two configurations (the default: the
+progress by polling ``recentProgress`` as side_by_side did before 2026-11-27; ``tree=REV`` runs the service of git
+revision ``REV`` (a temporary worktree): a code change before and after in one run. Two configurations (the default: the
 current code twice, which shows the run's noise) are compared in one run: the ratio column is the second over the
 first. With ``--rounds 2`` every pair runs twice in mirrored order (A B B A) and the figures pool both rounds.
 
@@ -47,6 +48,7 @@ import os
 import shlex
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -60,6 +62,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 import service_bench as sb  # noqa: E402  (LiveProducer)
 import side_by_side as sbs  # noqa: E402  (Proc, command, produce_backlog, read_output, with_overrides)
 from batch_overhead import stage_times  # noqa: E402
+
+from service.spark.job import OBSERVATION, observed_values  # noqa: E402
+from service.task.stats import TASK_BATCHES  # noqa: E402
 
 #: Spark's progress durations shown, in the order a micro-batch runs them
 DURATIONS = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
@@ -75,15 +80,27 @@ def parse_config(text: str) -> tuple[str, str]:
     name, sep, settings = text.partition("=")
     if not sep or not name.strip():
         raise ValueError(f"expected NAME=SETTINGS, got {text!r}")
-    sbs.with_overrides(Settings(), _without_poll(settings)[0])
+    sbs.with_overrides(Settings(), _bench_options(settings)[0])
     return name.strip(), settings
 
 
-def _without_poll(settings: str) -> tuple[str, bool]:
-    """``settings`` without a ``poll=...`` pair, and whether it asked for polling."""
+def _bench_options(settings: str) -> tuple[str, bool, str]:
+    """``settings`` without the bench's own pairs, whether it asked for polling (``poll=1``), and the git
+    revision whose code the service runs (``tree=REV``; "" = this tree)."""
     parts = [p.strip() for p in settings.split(";") if p.strip()]
-    poll = any(p.partition("=")[0] == "poll" and p.partition("=")[2] not in ("0", "false") for p in parts)
-    return ";".join(p for p in parts if p.partition("=")[0] != "poll"), poll
+    own = {k: v for k, _, v in (p.partition("=") for p in parts) if k in ("poll", "tree")}
+    rest = ";".join(p for p in parts if p.partition("=")[0] not in own)
+    return rest, own.get("poll", "0") not in ("0", "false"), own.get("tree", "")
+
+
+def tree_script(work: Path, rev: str) -> Path:
+    """bench/side_by_side.py of git revision ``rev`` (a detached worktree under ``work``, made once): its
+    ``_spark`` child imports the service of that revision (its ROOT is its own tree) - before and after a change
+    in one run."""
+    tree = work / f"tree-{rev}"
+    if not tree.exists():
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev], check=True)
+    return tree / "bench" / "side_by_side.py"
 
 
 def epoch_ms(timestamp: str) -> int:
@@ -117,7 +134,7 @@ def run_one(args, bootstrap: str, work: Path, name: str, settings: str, rate: fl
     ensure_topics(admin, [TopicSpec(out_topic, args.partitions, config={"message.timestamp.type": "LogAppendTime"})])
     keys = max(1, int(rate * (args.td / 1000) / DENSITY))
     sbs.produce_backlog(bootstrap, [topic], args.prime, keys, DENSITY * keys / (args.td / 1000), args.grace, args.ooo)
-    settings, poll = _without_poll(settings)
+    settings, poll, rev = _bench_options(settings)
     events = work / f"events-{run}"
     if not args.no_stages:
         events.mkdir()
@@ -125,6 +142,8 @@ def run_one(args, bootstrap: str, work: Path, name: str, settings: str, rate: fl
     progress_file = work / f"{run}.progress"
     args.service_settings = settings
     cmd = sbs.command("service", args, bootstrap, topic, out_topic, work)
+    if rev:
+        cmd[1] = str(tree_script(work, rev))
     cmd += ["--progress-out", str(progress_file)] + (["--poll"] if poll else [])
     load0 = os.getloadavg()[0]
     proc = sbs.Proc(cmd, work / "logs" / f"{run}.log")
@@ -170,11 +189,19 @@ def run_one(args, bootstrap: str, work: Path, name: str, settings: str, rate: fl
     return r
 
 
+def _observed(p: dict) -> dict:
+    """The service's counters of a micro-batch from its progress JSON ({} when it has none)."""
+    o = (p.get("observedMetrics") or {}).get(OBSERVATION)
+    if o and TASK_BATCHES in o:  # a tree=REV from before 2026-11-27 observed each counter as a column
+        return o
+    return observed_values(o) if o else {}
+
+
 def slow_batch_line(p: dict) -> str:
     """One micro-batch in a line: its durations, the workers' timers summed over its tasks, snapshots written
     (the service's, :mod:`service.task.state`; RocksDB's flush and checkpoint when it made one)."""
     d = p["durationMs"]
-    o = (p.get("observedMetrics") or {}).get("slidingwindow") or {}
+    o = _observed(p)
     rocks: dict[str, float] = {}
     for op in p.get("stateOperators", []):
         for k, v in (op.get("customMetrics") or {}).items():
@@ -254,7 +281,7 @@ def figures(runs: list[dict]) -> dict[str, float | None]:
     def per_task(timer: str) -> list[float]:
         out = []
         for p in batches:
-            o = (p.get("observedMetrics") or {}).get("slidingwindow") or {}
+            o = _observed(p)
             if o.get("task_batches"):
                 out.append(o[timer] / o["task_batches"] / 1e6)
         return out
@@ -395,6 +422,8 @@ def main() -> int:
                     raw[rate][name].append(run_one(args, broker.bootstrap_servers, work, name, settings, rate, rnd))
     finally:
         broker.stop()
+        for tree in work.glob("tree-*"):
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
     results = {rate: {n: figures(raw[rate][n]) for n in names} for rate in rates}
     cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT), *sys.argv[1:]])
     header = (

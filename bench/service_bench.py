@@ -300,22 +300,26 @@ def summarize(passes: list[list]) -> dict:
 
 def _changelog_rows(progs) -> int:
     """Window updates the service wrote in these micro-batches (its observed counter; 0 for the built-in)."""
+    from service.spark.job import OBSERVATION, observed_values
+
     return sum(
-        int(o["changelog"] or 0) for p in progs if (o := (p.observedMetrics or {}).get("slidingwindow")) is not None
+        observed_values(o)["changelog"] for p in progs if (o := (p.observedMetrics or {}).get(OBSERVATION)) is not None
     )
 
 
 def print_batches(progs):
     """One line per micro-batch: Spark's duration parts and, for the service, its per-batch counters (task
     times are summed over the batch's tasks)."""
+    from service.spark.job import OBSERVATION, observed_values
+
     for p in progs:
         d = p.durationMs
         line = f"  batch {p.batchId}: {p.numInputRows} rows {d.get('triggerExecution', 0) / 1000:.2f}s " + " ".join(
             f"{k}={v / 1000:.2f}" for k, v in sorted(d.items()) if k != "triggerExecution" and v >= 20
         )
-        o = (p.observedMetrics or {}).get("slidingwindow")
+        o = (p.observedMetrics or {}).get(OBSERVATION)
         if o is not None:
-            o = o.asDict()
+            o = observed_values(o)
             line += (
                 " | out %(changelog)d python %(process_ns)s read %(state_read_ns)s write %(state_write_ns)s "  # noqa: UP031
                 "produce %(produce_ns)s hit %(state_cache_hit)d/%(task_batches)d forwarded %(task_forwarded)d "

@@ -344,7 +344,7 @@ def builtin_query(spark, bootstrap, topic, out_topic, ckpt, args):
 def spark_child(args) -> int:
     """``side_by_side.py _spark``: run the service's or the built-in query and report consumed records."""
     from service.driver import prepare
-    from service.spark.job import build_spark
+    from service.spark.job import OBSERVATION, build_spark, observed_values
     from service.spark.listener import query_listener
 
     s = with_overrides(
@@ -392,8 +392,8 @@ def spark_child(args) -> int:
                     "observed": {
                         k: v
                         for k, v in (
-                            p.observedMetrics["slidingwindow"].asDict().items()
-                            if "slidingwindow" in (p.observedMetrics or {})
+                            observed_values(p.observedMetrics[OBSERVATION]).items()
+                            if OBSERVATION in (p.observedMetrics or {})
                             else []
                         )
                         if k != "tasks"

@@ -23,6 +23,7 @@ from connectors.admin import AdminError, TopicSpec, ensure_topics, partition_cou
 from service import metrics
 from service.checkpoint_access import checkpoint_dir_problem, checkpoint_window_problem
 from service.settings import Settings, SettingsError
+from service.spark.job import OBSERVATION, observed_values
 from service.task.config import TaskConfig
 from service.task.stats import TASK_BATCHES
 
@@ -260,8 +261,8 @@ def _check_kafka_access(settings: Settings, client: dict[str, str]) -> None:
 
 def _report(progress: Any, lag: metrics.LagPoller | None = None, late_topic: bool = True) -> BatchReport:
     p = json.loads(progress.json)
-    obs_row = (progress.observedMetrics or {}).get("slidingwindow")
-    raw = obs_row.asDict() if obs_row is not None else {}
+    obs_row = (progress.observedMetrics or {}).get(OBSERVATION)
+    raw = observed_values(obs_row) if obs_row is not None else {}
     observed = {k: int(v or 0) for k, v in raw.items() if k != "tasks"}
     behind = 0
     for src in p.get("sources") or []:

@@ -257,16 +257,17 @@ def _progress(batch: int, start_ms: int, scale: int) -> dict:
             "triggerExecution": 500 * scale,
         },
         "stateOperators": [{"commitTimeMs": 25 * scale}],
-        "observedMetrics": {
-            "slidingwindow": {  # two tasks' sums
-                "task_batches": 2,
-                "process_ns": 2 * 100_000_000 * scale,
-                "state_read_ns": 2 * 10_000_000 * scale,
-                "state_write_ns": 2 * 30_000_000 * scale,
-                "produce_ns": 2 * 50_000_000 * scale,
-            }
-        },
+        "observedMetrics": {"slidingwindow": {"tasks": [_task_stats(p, scale) for p in (0, 1)]}},  # two tasks
     }
+
+
+def _task_stats(partition: int, scale: int) -> dict:
+    """One task's stats row as the progress JSON holds it (service.spark.job.observed_columns)."""
+    from service.task.stats import STATS_FIELDS
+
+    times = {"process_ns": 100_000_000, "state_read_ns": 10_000_000, "state_write_ns": 30_000_000}
+    times["produce_ns"] = 50_000_000
+    return {"topic": "in", "partition": partition, "stats": [times.get(f, 0) * scale for f in STATS_FIELDS]}
 
 
 def test_batch_phases_breaks_micro_batches_down_and_compares_two_configurations() -> None:

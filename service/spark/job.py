@@ -36,11 +36,11 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from service.checkpoint_access import checkpoint_balance_tasks, checkpoint_state_partitions
-from service.spark import classdata, compat
+from service.spark import classdata, compat, slots
 from service.spark_kafka_options import sink_options, source_options
 from service.task.config import TaskConfig
 from service.task.runner import TaskBatch, TaskOutput
@@ -67,6 +67,7 @@ __all__ = [
     "sink_frame",
     "start_query",
     "observed_columns",
+    "observed_values",
 ]
 
 logger = logging.getLogger(__name__)
@@ -324,7 +325,7 @@ def _driver_java_options(extra: list[str]) -> bool:
 TASK_SLOTS = 64
 
 
-def task_slot(state_partitions: int) -> Column:
+def task_slot(state_partitions: int, topics: Sequence[str] = ()) -> Column:
     """The ``slot`` column that spreads tasks evenly over ``state_partitions``.
 
     Spark sends grouping key ``(topic, partition)`` to state partition ``pmod(hash(topic, partition), n)``:
@@ -334,14 +335,33 @@ def task_slot(state_partitions: int) -> Column:
     puts the task on its target ``pmod(pmod(hash(topic), n) + partition, n)`` (consecutive partitions of a topic on
     consecutive state partitions), -1 if none does (probability (1 - 1/n)^64). A pure function of
     (topic, partition, n), so every micro-batch and every restart gives a task the same slot - as long as ``n`` is
-    the checkpoint's number of state partitions (:func:`service.checkpoint_access.checkpoint_state_partitions`)."""
+    the checkpoint's number of state partitions (:func:`service.checkpoint_access.checkpoint_state_partitions`).
+
+    For the partitions of ``topics`` (the first :data:`.slots.TABLE_PARTITIONS` of each) the slots come from a
+    table the driver computed (:mod:`.slots`: one string literal per topic, so the plan Spark optimizes and
+    compiles every micro-batch stays a few nodes); any other row evaluates the definition in Spark."""
     from pyspark.sql import functions as F
 
     n = int(state_partitions)
     target = f"pmod(pmod(hash(topic), {n}) + partition, {n})"
-    # evaluated per input row: a CASE stops at the first slot that fits (n candidates on average, not TASK_SLOTS)
-    whens = " ".join(f"WHEN pmod(hash(topic, partition, {s}), {n}) = {target} THEN {s}" for s in range(TASK_SLOTS))
-    return F.expr(f"CASE {whens} ELSE -1 END").cast("int")
+    definition = (
+        f"array_position(transform(sequence(0, {TASK_SLOTS - 1}), s -> "
+        f"pmod(hash(topic, partition, s), {n}) = {target}), true) - 1"
+    )
+    if not topics:
+        return F.expr(definition).cast("int")
+    tables = ", ".join(
+        f"{_sql_string(t)}, {_sql_string(slots.slot_table(t, n, TASK_SLOTS))}" for t in dict.fromkeys(topics)
+    )
+    # a partition past its table reads '' (ascii 0 -> null), a topic not in the map null: both take the definition
+    table = f"try_element_at(map({tables}), topic)"
+    looked_up = f"nullif(ascii(substring({table}, partition + 1, 1)), 0) - {slots.SLOT_CHAR0}"
+    return F.expr(f"coalesce({looked_up}, {definition})").cast("int")
+
+
+def _sql_string(text: str) -> str:
+    """``text`` as a Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def source_frame(spark: Any, settings: Any) -> DataFrame:
@@ -354,7 +374,7 @@ def source_frame(spark: Any, settings: Any) -> DataFrame:
     cols = ["topic", "partition", "offset", "key", "value", F.unix_millis(F.col("timestamp")).alias("ts")]
     if checkpoint_balance_tasks(settings.checkpoint_dir, settings.balance_tasks):
         n = checkpoint_state_partitions(settings.checkpoint_dir) or settings.state_partitions
-        cols.append(task_slot(n).alias("slot"))
+        cols.append(task_slot(n, settings.input_topics).alias("slot"))
     return df.select(*cols)
 
 
@@ -369,35 +389,38 @@ def windowed_frame(source: Any, config: TaskConfig) -> DataFrame:
     )
 
 
-def _stat(name: str) -> Column:
-    """One counter of the ``stats`` column (null on output-record rows)."""
-    from pyspark.sql import functions as F
-
-    return F.col("stats").getItem(STATS_INDEX[name])
-
-
 def observed_columns() -> list[Column]:
+    """The micro-batch's observation: one aggregate, the list of its tasks' stats rows (topic, partition, the
+    :data:`~service.task.stats.STATS_FIELDS` counters); :func:`observed_values` sums them on the driver.
+
+    One ``collect_list`` rather than an aggregate per counter: Spark generates the code of an observation's
+    aggregates in every task of every micro-batch (``AggregatingAccumulator``), and with a ``sum`` or ``max`` per
+    counter that took a quarter of the executor's JVM time in a small micro-batch (a JFR profile,
+    bench/HISTORY.md); the list holds one short row per task."""
     from pyspark.sql import functions as F
 
-    cols = [F.count(F.when(F.col("kind") == "stats", 1)).alias(TASK_BATCHES)]
-    for stat in STATS:
-        agg = F.max if stat.observed == "max" else F.sum
-        cols.append(F.coalesce(agg(_stat(stat.name)), F.lit(0)).cast("long").alias(stat.name))
-    # per-task absolute values (one stats row per task: a short list) for the per-task gauges in service.metrics
-    cols.append(
-        F.collect_list(
-            F.when(
-                F.col("kind") == "stats",
-                F.struct(
-                    F.col("task_topic").alias("topic"),
-                    F.col("task_partition").alias("partition"),
-                    _stat("state_windows").alias("windows"),
-                    _stat("stream_time").alias("stream_time"),
-                ),
-            )
-        ).alias("tasks")
-    )
-    return cols
+    stats_row = F.struct(F.col("task_topic").alias("topic"), F.col("task_partition").alias("partition"), "stats")
+    return [F.collect_list(F.when(F.col("kind") == "stats", stats_row)).alias("tasks")]
+
+
+def observed_values(observed: Any) -> dict[str, Any]:
+    """The counters of one micro-batch from its observation (the ``slidingwindow`` Row of
+    ``progress.observedMetrics``, or its dict in the progress JSON): each counter of
+    :data:`~service.task.stats.STATS` summed over the tasks (or their largest, ``observed="max"``),
+    :data:`~service.task.stats.TASK_BATCHES` = the tasks that ran, and ``tasks``: per task its topic, partition,
+    windows held and stream time (for the per-task gauges of :mod:`service.metrics`)."""
+    tasks = [t.asDict() if hasattr(t, "asDict") else dict(t) for t in (observed["tasks"] or [])]
+    rows = [[int(v or 0) for v in t["stats"]] for t in tasks]
+    out: dict[str, Any] = {TASK_BATCHES: len(rows)}
+    for i, stat in enumerate(STATS):
+        column = [r[i] for r in rows]
+        out[stat.name] = (max(column) if stat.observed == "max" else sum(column)) if column else 0
+    windows, stream_time = STATS_INDEX["state_windows"], STATS_INDEX["stream_time"]
+    out["tasks"] = [
+        {"topic": t["topic"], "partition": t["partition"], "windows": r[windows], "stream_time": r[stream_time]}
+        for t, r in zip(tasks, rows, strict=True)
+    ]
+    return out
 
 
 def sink_frame(windowed: Any) -> DataFrame:

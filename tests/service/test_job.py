@@ -10,26 +10,46 @@ pytestmark = pytest.mark.integration
 def test_task_slot_is_the_first_slot_that_lands_on_the_target(spark):
     """The slot is part of every task's state key: it must stay exactly the smallest s in [0, TASK_SLOTS) with
     pmod(hash(topic, partition, s), n) = the target (the definition the first checkpoints were written with,
-    evaluated with all TASK_SLOTS hashes), for any topic, partition and n - and put each task on its target."""
+    evaluated with all TASK_SLOTS hashes), for any topic, partition and n - and put each task on its target. With
+    the input topics given, their slots come from the driver's table (service.spark.slots) - the same slots for
+    the table's partitions, past its end and for a topic it does not list."""
     from pyspark.sql import functions as F
 
     from service.spark.job import TASK_SLOTS, task_slot
+    from service.spark.slots import TABLE_PARTITIONS
 
-    rows = [(t, p) for t in ("in", "payments", "a.b-c_9", "x" * 200) for p in range(48)]
+    topics = ("in", "payments", "a.b-c_9", "x" * 200)
+    edge = range(TABLE_PARTITIONS - 3, TABLE_PARTITIONS + 3)
+    rows = [(t, p) for t in (*topics, "not-listed") for p in (*range(48), *edge)]
     df = spark.createDataFrame(rows, "topic string, partition int")
     for n in (1, 2, 3, 4, 7):
         target = f"pmod(pmod(hash(topic), {n}) + partition, {n})"
         hits = f"transform(sequence(0, {TASK_SLOTS - 1}), s -> pmod(hash(topic, partition, s), {n}) = {target})"
-        got = df.select(
-            "topic",
-            "partition",
-            task_slot(n).alias("slot"),
-            (F.expr(f"array_position({hits}, true)") - 1).cast("int").alias("reference"),
-            F.pmod(F.hash("topic", "partition", task_slot(n)), F.lit(n)).alias("lands"),
-            F.expr(target).alias("target"),
-        ).collect()
-        assert [r.slot for r in got] == [r.reference for r in got]
-        assert all(r.slot >= 0 and r.lands == r.target for r in got)
+        for slot in (task_slot(n), task_slot(n, topics)):
+            got = df.select(
+                "topic",
+                "partition",
+                slot.alias("slot"),
+                (F.expr(f"array_position({hits}, true)") - 1).cast("int").alias("reference"),
+                F.pmod(F.hash("topic", "partition", slot), F.lit(n)).alias("lands"),
+                F.expr(target).alias("target"),
+            ).collect()
+            assert [r.slot for r in got] == [r.reference for r in got]
+            assert all(r.slot >= 0 and r.lands == r.target for r in got)
+
+
+def test_spark_hash_is_sparks_hash_of_strings_and_ints(spark):
+    """The driver's port of Spark's ``hash`` (the slot table's) against Spark's own: strings of every length
+    modulo 4 (Spark hashes the tail bytes one round each), non-ASCII text, negative ints, chains of values."""
+    from service.spark.slots import spark_hash
+
+    texts = ["", "a", "ab", "abc", "abcd", "abcde", "topic.name-with_9", "é", "日本語のトピック", "x" * 203]
+    rows = [(t, i) for t in texts for i in (0, 1, -1, 7, 2**31 - 1, -(2**31))]
+    df = spark.createDataFrame(rows, "t string, i int")
+    got = df.selectExpr("t", "i", "hash(t) AS h1", "hash(i) AS h2", "hash(t, i, 5) AS h3").collect()
+    assert [(r.h1, r.h2, r.h3) for r in got] == [
+        (spark_hash(r.t), spark_hash(r.i), spark_hash(r.t, r.i, 5)) for r in got
+    ]
 
 
 def test_the_local_checkpoint_file_manager_is_a_class_of_this_spark(spark):

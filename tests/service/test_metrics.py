@@ -173,6 +173,31 @@ def test_stats_observed_as_the_largest_are_the_absolute_ones():
     assert {s.name for s in STATS if s.observed == "max"} == {"stream_time", "max_offset", "lateness_ms_max"}
 
 
+def test_the_driver_sums_the_tasks_stats_rows_of_the_observation_and_keeps_the_largest_of_the_absolute_ones():
+    """service.spark.job observes a list of the tasks' stats rows; observed_values turns it into the counters
+    the metrics read - from the progress JSON's dicts and from pyspark's Rows alike."""
+    from pyspark.sql import Row
+
+    from service.spark.job import observed_values
+
+    first = {name: 10 + i for i, name in enumerate(STATS_FIELDS)}
+    second = {name: 1000 + 2 * i for i, name in enumerate(STATS_FIELDS)} | {"stream_time": 5, "max_offset": 7}
+    rows = [("in", 0, first), ("in", 3, second)]
+    as_json = {"tasks": [{"topic": t, "partition": p, "stats": [s[n] for n in STATS_FIELDS]} for t, p, s in rows]}
+    as_row = Row(tasks=[Row(topic=t, partition=p, stats=[s[n] for n in STATS_FIELDS]) for t, p, s in rows])
+    for observed in (as_json, as_row):
+        got = observed_values(observed)
+        assert got["task_batches"] == 2
+        for s in STATS:
+            want = max if s.observed == "max" else sum
+            assert got[s.name] == want((first[s.name], second[s.name])), s.name
+        assert got["tasks"] == [
+            {"topic": t, "partition": p, "windows": s["state_windows"], "stream_time": s["stream_time"]}
+            for t, p, s in rows
+        ]
+    assert observed_values({"tasks": []})["records"] == 0
+
+
 def test_stream_time_gauge_is_the_largest_ever_seen_not_the_last_batchs():
     def batch(*task_times):
         tasks = [{"topic": "in", "partition": p, "windows": 1, "stream_time": t} for p, t in enumerate(task_times)]
