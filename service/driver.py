@@ -399,6 +399,7 @@ def run(
     """Run the service until ``stop`` is set, SIGINT/SIGTERM, or the query fails. Returns an exit code."""
     from service.spark.job import await_termination, build_spark, start_query
     from service.spark.listener import query_listener
+    from service.spark.warmup import warm_python_workers
 
     stop = stop or threading.Event()
     t0 = time.monotonic()
@@ -412,6 +413,8 @@ def run(
     logger.info(
         "Spark %s session ready in %.1fs (master %s)", spark.version, time.monotonic() - t0, settings.spark_master
     )
+    if settings.warm_workers:  # while the query starts (service.spark.warmup)
+        warm_python_workers(spark, settings.state_partitions)
     lag = metrics.LagPoller(settings.kafka_client_config()).start() if settings.metrics_port else None
     committer = None
     if settings.processing_guarantee != "exactly_once":  # exactly_once commits them in each task's transaction

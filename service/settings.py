@@ -528,6 +528,12 @@ class Settings:
         "(Spark starts them from service.spark.python_daemon / python_worker; pyspark's own "
         "path walks the input row by row); false: pyspark's daemon and worker unchanged",
     )
+    warm_workers: bool = _s(
+        True,
+        _bool,
+        "start the Python workers and import what a task needs while the query starts, so that the first "
+        "micro-batch (after a restart too) does not wait for them",
+    )
     class_data_cache: str = _s(
         "",
         _str,

@@ -58,3 +58,18 @@ def test_the_local_checkpoint_file_manager_is_a_class_of_this_spark(spark):
 
     cls = spark.sparkContext._jvm.java.lang.Class.forName(LOCAL_CHECKPOINT_FILE_MANAGER)
     assert cls.getName() == LOCAL_CHECKPOINT_FILE_MANAGER
+
+
+def test_warm_python_workers_starts_workers_that_imported_the_task_code(spark, caplog):
+    """The warm-up job runs in the service's Python workers and imports the task code there (a head start for
+    the first micro-batch); it reports how many workers answered."""
+    import logging
+
+    from service.spark.warmup import warm_python_workers
+
+    with caplog.at_level(logging.INFO, logger="service.spark.warmup"):
+        thread = warm_python_workers(spark, 2)
+        thread.join(timeout=300)
+    assert not thread.is_alive()
+    lines = [r.getMessage() for r in caplog.records if r.name == "service.spark.warmup"]
+    assert len(lines) == 1 and "Python workers ready in" in lines[0], lines
