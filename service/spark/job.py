@@ -235,6 +235,9 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> Spar
         # redact the Kafka security options (connectors.security) wherever Spark shows data source options
         "spark.sql.redaction.options.regex": "(?i)url|password|jaas|ssl[.]keystore[.]key|ssl[.]truststore[.]cert",
         "spark.python.worker.reuse": "true",
+        # no session extensions from the classpath: the only one is MLlib's function registration, which the
+        # service never calls and whose loading was a third of the session's start (a JFR profile, bench/HISTORY.md)
+        "spark.sql.extensions.test.loadFromCp": "false",
         "spark.driver.memory": settings.driver_memory,
         **checkpoint_file_conf(settings.checkpoint_dir),
         **python_worker_conf(settings.fast_input),
