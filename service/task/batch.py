@@ -115,7 +115,8 @@ def process_task_batch(
     for n, (parity, i) in enumerate(plan):
         entry = first if n == 0 and first is not None else read_log(state, parity, i, cfg.value_fields)
         runner.replay(proc, entry[1])
-    read_start = time.perf_counter_ns() - t_start
+    read_start = time.perf_counter_ns() - t_start  # restoring: the processor, its buckets read so far, the log
+    read_in_restore = source.read_ns  # (inside read_start already)
     try:
         try:
             out = runner.run(proc, batch)
@@ -173,7 +174,7 @@ def process_task_batch(
         source.release()
     if keep is not None:
         keep.add(cache_key, CachedTask(new_token, proc, source, runner))
-    loaded, read_ns = source.loaded, source.read_ns + read_start
+    loaded, read_ns = source.loaded, read_start + source.read_ns - read_in_restore
     s = out.stats
     s["windows_expired"] += proc.expired_windows - expired_before
     s["state_cache_hit"] = int(hit)
