@@ -85,6 +85,31 @@ def test_in_order_batches_bridge_and_tombstone(gap: int, grace: int, data: st.Da
     assert _state(bat) == _state(ref)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 10), st.integers(0, 20), st.sampled_from(AGGS[:6]), st.data())
+def test_keys_in_order_runs_of_records(gap: int, grace: int, agg: str, data: st.DataObject) -> None:
+    """Each key's records mostly in time order, as a topic written in order delivers them (the batch path's runs
+    of records): sessions extended across batches (the removal of the flushed one at the first record past its
+    end), records at its very end, new sessions after a silence, now and then a key's record back in time (that
+    key walked record by record), sums past int64."""
+    batches = []
+    clock = dict.fromkeys("abcd", 0)
+    for _ in range(data.draw(st.integers(1, 5))):
+        batch = []
+        for _i in range(data.draw(st.integers(0, 30))):
+            k = data.draw(st.sampled_from("abcd"))
+            step = data.draw(st.sampled_from([0, 1, gap, gap + 1, 2 * gap + 3, -1]))
+            clock[k] = max(0, clock[k] + step)
+            batch.append((k, data.draw(st.one_of(st.integers(-5, 5), huge)), clock[k]))
+        batches.append(batch)
+    flush_every = data.draw(st.lists(st.booleans(), min_size=5, max_size=5))
+    w = SessionWindows(gap, grace)
+    ref = SessionWindowProcessor(w, parse_aggregations(agg), "update")
+    bat = SessionWindowProcessor(w, parse_aggregations(agg), "update")
+    assert _run(bat, batches, agg, True, flush_every) == _run(ref, batches, agg, False, flush_every)
+    assert _state(bat) == _state(ref)
+
+
 def test_custom_merger_takes_the_record_path() -> None:
     w = SessionWindows(5)
     bat = SessionWindowProcessor(w, Sum(), "update", merger=lambda a, b: a * b)
