@@ -221,15 +221,27 @@ def _process(
             else:
                 ne = he
         ops.append(((run_last[j], 1, 0, 0), (k, ns, ne, parts[0] if single else tuple(parts), count)))
-    ops.sort(key=lambda op: op[0])  # the record cache's last-write order
+    _write(proc, ops, n, n, (created, updated, merged))
+    proc.observed_stream_time = int(running[-1])
+
+
+def _write(
+    proc: SessionCache,
+    ops: list[tuple[tuple[int, int, int, int], tuple[Any, ...]]],
+    records: int,
+    accepted: int,
+    counts: tuple[int, int, int],
+) -> None:
+    """The cache writes in the record cache's last-write order, and the batch's counters (``counts``: sessions
+    created, updated, merged)."""
+    ops.sort(key=lambda op: op[0])
     proc.write_sessions([op for _order, op in ops])
     stats = proc.stats
-    stats.records += n
-    stats.accepted += n
-    stats.windows_created += created
-    stats.windows_updated += updated
-    stats.sessions_merged += merged
-    proc.observed_stream_time = int(running[-1])
+    stats.records += records
+    stats.accepted += accepted
+    stats.windows_created += counts[0]
+    stats.windows_updated += counts[1]
+    stats.sessions_merged += counts[2]
 
 
 def _int_timestamps(timestamps: Sequence[Any]) -> np.ndarray | None:
@@ -407,15 +419,8 @@ def _process_rows(
         created += c_
         updated += u_
         merged += m_
-    ops.sort(key=lambda op: op[0])  # the record cache's last-write order
-    proc.write_sessions([op for _order, op in ops])
-    stats = proc.stats
-    stats.records += len(keys)
-    stats.dropped_null_key += n_null
-    stats.dropped_invalid_timestamp += n_invalid
-    stats.accepted += len(contributing)
-    stats.windows_created += created
-    stats.windows_updated += updated
-    stats.sessions_merged += merged
+    _write(proc, ops, len(keys), len(contributing), (created, updated, merged))
+    proc.stats.dropped_null_key += n_null
+    proc.stats.dropped_invalid_timestamp += n_invalid
     proc.observed_stream_time = st
     proc.drops += dropped
