@@ -467,6 +467,7 @@ def command(system, args, bootstrap, topic, out_topic, work):
         *window_args(args),
         "--settings",
         args.service_settings if system == "service" else "",
+        *(["--progress-out", f"{args.progress_out}-{system}-{topic}.jsonl"] if args.progress_out else []),
     ]
 
 
@@ -733,6 +734,11 @@ def main() -> int:
     ap.add_argument("--plots", default="")
     ap.add_argument("--json", default="", help="write the raw results here")
     ap.add_argument("--profile", default="", help="py-spy the service's process tree (raw collapsed stacks) here")
+    ap.add_argument(
+        "--progress-out",
+        default="",
+        help="PREFIX: each Spark system writes every micro-batch's progress (JSON lines) to PREFIX-SYSTEM-TOPIC.jsonl",
+    )
     args = ap.parse_args()
     systems = [s for s in args.systems.split(",") if s]
 

@@ -234,6 +234,10 @@ def changelog_value_schema(aggregations: str, window: str = "sliding") -> dict[s
     }
 
 
+#: the most JSON key texts a changelog encoder keeps between batches (:meth:`ChangelogEncoder._json_keys`)
+JSON_KEYS_KEPT = 200_000
+
+
 @dataclass(frozen=True)
 class ChangelogSpec:
     """How to encode changelog records (picklable; schema ids are registered on the driver)."""
@@ -262,6 +266,7 @@ class ChangelogEncoder:
             raise ValueError("avro changelog values need a registered value schema id")
         self.spec = spec
         self._session = spec.window == "session"
+        self._json_key_texts: dict[str, bytes] = {}  # _json_keys
         self._types = aggregate_types(spec.aggregations)
         self._names = [n for n, _ in self._types]
         #: the aggregates whose Avro type holds integers beyond int64 exactly (``sum``: :data:`EXACT_INT`)
@@ -361,25 +366,8 @@ class ChangelogEncoder:
         raw_aggs = [cols["values"][n] for n in self._names]
         kfmt = self.spec.key_format
         vjson = self.spec.value_format == "json"
-        jk = _json_key_bytes(keys) if kfmt == "json" or vjson else None
-        out_keys: Sequence[bytes]
-        if kfmt == "windowed":
-            kcache = {k: k.encode("utf-8") for k in set(keys)}
-            if self._session:
-                pack2 = _END_START.pack
-                out_keys = [kcache[k] + pack2(e, s) for k, s, e in zip(keys, starts, ends)]
-            else:
-                pack = _START.pack
-                out_keys = [kcache[k] + pack(s) for k, s in zip(keys, starts)]
-        elif kfmt == "json":
-            assert jk is not None  # made above for a JSON key
-            out_keys = _encode_rows('{"key":%s,"window_start":%d,"window_end":%d}', zip(jk, starts, ends))
-        elif kfmt == "string":
-            out_keys = [f"{k}|{s}|{e}".encode() for k, s, e in zip(keys, starts, ends)]
-        elif avro_keys is not None:
-            out_keys = avro_keys
-        else:
-            out_keys = [self.key(k, s, e) for k, s, e in zip(keys, starts, ends)]
+        jk = self._json_keys(keys) if kfmt == "json" or vjson else None
+        out_keys = avro_keys if avro_keys is not None else self._keys(keys, starts, ends, jk)
 
         out_values: Sequence[bytes]
         if vjson:
@@ -415,6 +403,39 @@ class ChangelogEncoder:
             out_values = row_values
         return out_keys, out_values
 
+    def _json_keys(self, keys: Sequence[str]) -> list[bytes]:
+        """JSON text of each key as UTF-8 bytes. The texts are kept from batch to batch (a task's keys recur),
+        at most :data:`JSON_KEYS_KEPT` of them (then the store starts over)."""
+        cache = self._json_key_texts
+        new = set(keys).difference(cache)
+        if new:
+            if len(cache) + len(new) > JSON_KEYS_KEPT:
+                cache = self._json_key_texts = {}
+                new = set(keys)
+            dumps = json.dumps
+            for k in new:
+                cache[k] = dumps(k, ensure_ascii=False).encode("utf-8")
+        return list(map(cache.__getitem__, keys))
+
+    def _keys(
+        self, keys: Sequence[str], starts: list[int], ends: list[int], jk: list[bytes] | None = None
+    ) -> list[bytes]:
+        """The keys of rows, a column at a time where the format allows (``jk``: the keys' JSON texts, if made)."""
+        kfmt = self.spec.key_format
+        if kfmt == "windowed":
+            kcache = {k: k.encode("utf-8") for k in set(keys)}
+            if self._session:
+                pack2 = _END_START.pack
+                return [kcache[k] + pack2(e, s) for k, s, e in zip(keys, starts, ends)]
+            pack = _START.pack
+            return [kcache[k] + pack(s) for k, s in zip(keys, starts)]
+        if kfmt == "json":
+            jk = self._json_keys(keys) if jk is None else jk
+            return _encode_rows('{"key":%s,"window_start":%d,"window_end":%d}', zip(jk, starts, ends))
+        if kfmt == "string":
+            return [f"{k}|{s}|{e}".encode() for k, s, e in zip(keys, starts, ends)]
+        return [self.key(k, s, e) for k, s, e in zip(keys, starts, ends)]
+
     def _with_tombstones(
         self, cols: dict[str, Any], emit_time: int, tombstones: np.ndarray
     ) -> tuple[list[bytes], list[bytes | None]]:
@@ -427,18 +448,17 @@ class ChangelogEncoder:
             "values": {n: _take(col, live) for n, col in cols["values"].items()},
         }
         live_keys, live_values = self.encode_columns(sub, emit_time) if len(live) else ([], [])
-        keys, starts, ends = cols["key"], _tolist(cols["start"]), _tolist(cols["end"])
-        out_keys: list[bytes] = []
-        out_values: list[bytes | None] = []
-        j = 0
-        for i, dead in enumerate(tombstones.tolist()):
-            if dead:
-                out_keys.append(self.key(keys[i], starts[i], ends[i]))
-                out_values.append(None)
-            else:
-                out_keys.append(live_keys[j])
-                out_values.append(live_values[j])
-                j += 1
+        dead = np.flatnonzero(tombstones)
+        dead_keys = self._keys(
+            _take(cols["key"], dead), _tolist(_take(cols["start"], dead)), _tolist(_take(cols["end"], dead))
+        )
+        out_keys: list[bytes] = [b""] * len(tombstones)
+        out_values: list[bytes | None] = [None] * len(tombstones)
+        for i, k, v in zip(live.tolist(), live_keys, live_values):
+            out_keys[i] = k
+            out_values[i] = v
+        for i, k in zip(dead.tolist(), dead_keys):
+            out_keys[i] = k
         return out_keys, out_values
 
     @staticmethod
@@ -545,13 +565,6 @@ def _take(col: Any, rows: np.ndarray) -> Any:
     if isinstance(col, np.ndarray):
         return col[rows]
     return [col[i] for i in rows.tolist()]
-
-
-def _json_key_bytes(keys: Sequence[str]) -> list[bytes]:
-    """JSON text of each key as UTF-8 bytes (each distinct key encoded once)."""
-    dumps = json.dumps
-    cache = {k: dumps(k, ensure_ascii=False).encode("utf-8") for k in set(keys)}
-    return list(map(cache.__getitem__, keys))
 
 
 def _json_value_bytes(values: Sequence[Any]) -> list[bytes]:

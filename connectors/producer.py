@@ -174,21 +174,23 @@ class OutputProducer:
     def send_rows(self, topic: str, keys: Sequence[bytes | None], values: Sequence[bytes | None]) -> None:
         """Like :meth:`send` for rows that all go to ``topic`` without headers: a block at a time through
         librdkafka's batch call (``keys``/``values`` ideally :class:`~connectors.rows.RowBlock` s, else they are
-        joined into one), or one ``produce()`` per row when that is off or a key is null."""
+        joined into one; null values - tombstones - included), or one ``produce()`` per row when that is off or a
+        key is null."""
         n = len(values)
         if n == 0:
             return
         batcher = self._batcher()
-        kblock = vblock = None
+        kblock = None
         if batcher is not None:
             from connectors.rows import RowBlock
 
-            kblock, vblock = RowBlock.of(keys), RowBlock.of(values)
-        if kblock is None or vblock is None:
+            kblock = RowBlock.of(keys)
+        if batcher is None or kblock is None:
             self.send([topic] * n, keys, values, [None] * n)
             return
+        vblock, nulls = RowBlock.of_values(values)
         self._batch()[0] += n
-        batcher.send(topic, kblock, vblock)
+        batcher.send(topic, kblock, vblock, nulls)
 
     def _batch(self) -> list[int]:
         mine = getattr(self._mine, "batch", None)

@@ -241,8 +241,10 @@ class BatchProducer:
                 self._topics[name] = rkt
             return rkt
 
-    def send(self, topic: str, keys: RowBlock, values: RowBlock) -> None:
-        """Queue the rows (key i, value i) for ``topic`` in order, without waiting for acknowledgements.
+    def send(self, topic: str, keys: RowBlock, values: RowBlock, null_values: np.ndarray | None = None) -> None:
+        """Queue the rows (key i, value i) for ``topic`` in order, without waiting for acknowledgements. The rows
+        ``null_values`` marks (a bool mask) get a null value (a tombstone: librdkafka's NULL payload), whatever
+        their row in ``values`` holds.
 
         With Kafka's default partitioner configured (``murmur2_random``, the direct producer's) and the topic's
         partition count known, the rows are put in their partitions here, a block at a time
@@ -264,6 +266,9 @@ class BatchProducer:
         vdata = np.frombuffer(values.data, np.uint8) if len(values.data) else np.zeros(1, np.uint8)
         key_at, key_len = kdata.ctypes.data + keys.starts(), keys.lengths()
         value_at, value_len = vdata.ctypes.data + values.starts(), values.lengths()
+        if null_values is not None:
+            value_at = np.where(null_values, 0, value_at)
+            value_len = np.where(null_values, 0, value_len)
         count = self.partition_count(topic, rkt) if self._own_partitions else None
         groups = [(_PARTITION_UA, None)] if count is None else rows_by_partition(partitions(keys, count), count)
         for partition, rows in groups:

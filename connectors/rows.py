@@ -9,7 +9,8 @@
 
 A :class:`RowBlock` is a read-only ``Sequence[bytes]``: indexing or iterating cuts the rows out (one ``bytes``
 object each), while :mod:`connectors.rdkafka_batch` hands the buffer and the offsets to librdkafka without
-making any per-row Python object. Rows cannot be null.
+making any per-row Python object. Rows cannot be null (a column of Kafka values with nulls is a block and a mask:
+:meth:`RowBlock.of_values`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,18 @@ class RowBlock(Sequence[bytes]):
             return None
         lengths = np.fromiter(map(len, present), dtype=np.int64, count=len(present))
         return cls(b"".join(present), np.cumsum(lengths))
+
+    @classmethod
+    def of_values(cls, rows: Sequence[bytes | None]) -> tuple[RowBlock, np.ndarray | None]:
+        """``rows`` as a block with each null row empty, and which rows are null (a bool mask; ``None`` when none
+        is): Kafka values, where a null is a tombstone (:meth:`connectors.rdkafka_batch.BatchProducer.send`)."""
+        block = cls.of(rows)
+        if block is not None:
+            return block, None
+        nulls = np.fromiter((r is None for r in rows), dtype=bool, count=len(rows))
+        block = cls.of([b"" if r is None else r for r in rows])
+        assert block is not None  # no null row left
+        return block, nulls
 
     def starts(self) -> np.ndarray:
         """Where each row begins (int64)."""

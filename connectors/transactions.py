@@ -227,9 +227,9 @@ class TaskProducer:
         if self._batches:
             from connectors.rows import RowBlock
 
-            kblock, vblock = RowBlock.of(keys), RowBlock.of(values)
-            if kblock is not None and vblock is not None:
-                self._producer.send(topic, kblock, vblock)
+            kblock = RowBlock.of(keys)
+            if kblock is not None:
+                self._producer.send(topic, kblock, *RowBlock.of_values(values))
                 return
         self.send([topic] * n, _rows(keys), _rows(values), [None] * n)
 

@@ -89,6 +89,26 @@ def test_record_path_bench_prints_every_mode_and_emits_the_same_updates() -> Non
         assert float(r[-4].replace(",", "")) > 0 and float(r[-3].replace(",", "")) > 0, r
 
 
+_ONE_BATCH = ("--rounds", "1", "--batches", "1", "--fill", "1")
+
+
+@pytest.mark.parametrize("window", ["tumbling", "session"])
+def test_task_batch_bench_runs_a_task_of_the_window_side_by_side(window: str) -> None:
+    """``--window``: one task of side_by_side.py --window (5,000 keys, 10,000 records per batch), its table row."""
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "task_batch_bench.py"), "--window", window, *_ONE_BATCH],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stderr
+    rows = [line.split("|")[1:-1] for line in run.stdout.splitlines() if line.startswith("| this tree")]
+    assert len(rows) == 1 and f"{window}: 5000 keys, 10000 records per batch" in run.stdout, run.stdout
+    _name, ms, engine_ms, changelog_rows = rows[0]
+    assert float(ms) > float(engine_ms) > 0 and int(changelog_rows) > 0, rows
+
+
 def test_task_batch_bench_compares_two_trees() -> None:
     """Both trees run one task batch after one filling batch and the table gives their ratio (HEAD: a worktree)."""
     run = subprocess.run(

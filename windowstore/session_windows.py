@@ -309,11 +309,24 @@ class SessionWindowProcessor:
         last-write order; a removed session's tombstone only if the underlying store still returns it. After
         :meth:`process_columns`: first what the records forwarded (every / close)."""
         out, self._emitted = self._emitted, []
+        for key, start, end, acc, count in self._flush_cache():
+            if count == 0:
+                out.append(WindowUpdate(key, start, end, None, end, 0))
+            else:
+                out.append(self._update(key, start, end, acc, count))
+        return out
+
+    def _flush_cache(self) -> list[tuple[Hashable, int, int, Any, int]]:
+        """Update mode: the cache's flush as ``(key, start, end, accumulator, count)`` rows, a tombstone with
+        ``count`` 0 (see :meth:`flush`); the counters, the store's copies and the forgetting done."""
         if not self._dirty:
-            return out
-        n0 = len(out)
+            return []
+        rows: list[tuple[Hashable, int, int, Any, int]] = []
         retention = self.windows.retention
         changed = self._changed
+        sessions = self._sessions
+        flushed_heap = self._flushed_heap
+        tombstones = 0
         for sk, entry in self._dirty.items():
             key, start, end = sk
             bounds = (start, end)
@@ -321,26 +334,31 @@ class SessionWindowProcessor:
                 # CachingSessionStore.putAndMaybeForward: fetchSession on the store (expired: null)
                 ks = self._state(key)
                 if ks is not None and bounds in ks.flushed and end >= self.store_stream_time - retention + 1:
-                    self.store_stream_time = max(self.store_stream_time, end)
+                    if end > self.store_stream_time:
+                        self.store_stream_time = end
                     ks.flushed.discard(bounds)
                     changed.add(key)
                     if ks.empty():
                         self._forget_key(key)
-                    out.append(WindowUpdate(key, start, end, None, end, 0))
-                    self.stats.tombstones_emitted += 1
+                    rows.append((key, start, end, None, 0))
+                    tombstones += 1
             else:
-                self.store_stream_time = max(self.store_stream_time, end)
-                ks = self._state_or_new(key)
+                if end > self.store_stream_time:
+                    self.store_stream_time = end
+                ks = sessions.get(key)
+                if ks is None:
+                    ks = self._state_or_new(key)
                 if bounds not in ks.flushed:
                     ks.flushed.add(bounds)
                     changed.add(key)
                     self._note_end(key, end)
-                    heapq.heappush(self._flushed_heap, (end, key_bytes(key), start, key))
-                out.append(self._update(key, start, end, entry[0], entry[1]))
+                    heapq.heappush(flushed_heap, (end, key_bytes(key), start, key))
+                rows.append((key, start, end, entry[0], entry[1]))
         self._dirty.clear()
         self._forget_unreachable()
-        self.stats.updates_emitted += len(out) - n0
-        return out
+        self.stats.tombstones_emitted += tombstones
+        self.stats.updates_emitted += len(rows)
+        return rows
 
     # ------------------------------------------------------------------------------------------ stores
 
@@ -529,14 +547,36 @@ class SessionWindowProcessor:
         flush if the store still holds it), ``(key, start, end, acc, count)`` puts one (replacing equal bounds)."""
         if self.emit is not EmitMode.UPDATE:
             raise ValueError("write_sessions is the update mode's (record cache) contract")
-        sink: list[WindowUpdate] = []
+        # what _remove and _put do in update mode, with the lookups hoisted out of the loop
+        sessions_of = self._sessions
+        changed = self._changed
+        dirty = self._dirty
+        key_end = self._key_end
+        cache_heap = self._cache_heap
+        gap = self.windows.gap_ms
+        push = heapq.heappush
+        held = 0
         for op in ops:
+            key = op[0]
+            start, end = op[1], op[2]
+            sk = (key, start, end)
+            dirty.pop(sk, None)
+            changed.add(key)
             if len(op) == 3:
-                key, start, end = op
-                self._remove(key, _Session(start, end, None, 0), sink)
-            else:
-                key, start, end, acc, count = op
-                self._put(key, _Session(start, end, acc, count), sink)
+                sessions_of[key].remove(start, end)
+                held -= 1
+                dirty[sk] = None
+                continue
+            ks = sessions_of.get(key)
+            if ks is None:
+                ks = self._state_or_new(key)
+            if ks.put(_Session(start, end, op[3], op[4])):
+                held += 1
+            if end > key_end.get(key, _NO_TIMESTAMP - 1):
+                key_end[key] = end
+            dirty[sk] = (op[3], op[4])
+            push(cache_heap, (end + gap, key_bytes(key), start, end, key))
+        self._held += held
 
     # ------------------------------------------------------------------------------------------ task contract
 
@@ -576,21 +616,35 @@ class SessionWindowProcessor:
 
     def flush_columns(self) -> dict[str, Any]:
         """:meth:`flush` as columns: ``key`` (list), ``start``, ``end``, ``ts``, ``count`` (int64 arrays) and
-        ``values`` {aggregation output name: column}; a tombstone row has ``count`` 0 and ``None`` values."""
-        updates = self.flush()
+        ``values`` {aggregation output name: column}; a tombstone row has ``count`` 0 and ``None`` values.
+        Update mode builds them from the cache's rows directly, a part at a time (no update object per row)."""
         agg = self.aggregation
-        n = len(updates)
-        if isinstance(agg, Composite):
-            names = [p.name for p in agg.parts]
-            values = {name: exact_column([None if u.count == 0 else u.value[name] for u in updates]) for name in names}
+        if self._emitted:
+            updates = self.flush()
+            rows = [(u.key, u.start, u.end, u.value, u.count) for u in updates]
+            finished = True
         else:
-            values = {agg.name: exact_column([u.value for u in updates])}
+            rows = self._flush_cache()
+            finished = False
+        n = len(rows)
+        keys, starts, ends, accs, counts = (list(c) for c in zip(*rows)) if rows else ([], [], [], [], [])
+        composite = isinstance(agg, Composite)
+        values = {}
+        for j, part in enumerate(agg.parts if isinstance(agg, Composite) else (agg,)):
+            if finished:  # the updates' values, finished already
+                col = [None if c == 0 else (a[part.name] if composite else a) for a, c in zip(accs, counts)]
+            else:
+                col = [None if c == 0 else a[j] for a, c in zip(accs, counts)] if composite else list(accs)
+                if not part.finish_is_identity:
+                    finish = part.finish
+                    col = [None if c == 0 else finish(a) for a, c in zip(col, counts)]
+            values[part.name] = exact_column(col)
         return {
-            "key": [u.key for u in updates],
-            "start": np.fromiter((u.start for u in updates), np.int64, n),
-            "end": np.fromiter((u.end for u in updates), np.int64, n),
-            "ts": np.fromiter((u.ts for u in updates), np.int64, n),
-            "count": np.fromiter((u.count for u in updates), np.int64, n),
+            "key": keys,
+            "start": np.array(starts, np.int64) if n else np.zeros(0, np.int64),
+            "end": np.array(ends, np.int64) if n else np.zeros(0, np.int64),
+            "ts": np.array(ends, np.int64) if n else np.zeros(0, np.int64),
+            "count": np.array(counts, np.int64) if n else np.zeros(0, np.int64),
             "values": values,
         }
 

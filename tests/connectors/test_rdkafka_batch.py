@@ -68,6 +68,26 @@ def test_rows_arrive_in_order_on_the_java_partition(kafka_bootstrap, make_topic,
         assert seq == sorted(seq)
 
 
+@pytest.mark.integration
+def test_null_values_go_through_the_batch_call_as_tombstones(kafka_bootstrap, make_topic):
+    """A session's replaced windows are null values among the changelog rows: they go with the block, as
+    records with a null value (not an empty one), in order."""
+    from tests.service.harness import consume_all
+
+    topic = make_topic(1)
+    keys = [b"k%d" % i for i in range(6)]
+    values = [b"v0", None, b"v2", None, None, b""]
+    p = OutputProducer(producer_config(kafka_bootstrap))
+    try:
+        p.send_rows(topic, keys, values)
+        assert p._batches is not None and p._producer is None  # the block path, not one produce() per row
+        assert p.wait() == 6
+    finally:
+        p.close()
+    got = consume_all(kafka_bootstrap, topic)
+    assert [(r.key, r.value) for r in got] == list(zip(keys, values, strict=True))
+
+
 def test_undelivered_rows_raise():
     p = OutputProducer({**producer_config("127.0.0.1:1"), "message.timeout.ms": "1500"})
     try:

@@ -52,3 +52,11 @@ def test_what_a_block_cannot_hold():
     assert RowBlock.of([b"a", None]) is None  # null rows: the caller takes the per-row path
     with pytest.raises(ValueError, match="the last row ends at 3, the data has 4 bytes"):
         RowBlock(b"abcd", np.array([1, 3]))
+
+
+def test_values_with_nulls_are_a_block_and_a_mask():
+    block, nulls = RowBlock.of_values([b"a", None, b"bc", None])
+    assert block.tolist() == [b"a", b"", b"bc", b""]
+    assert nulls is not None and nulls.tolist() == [False, True, False, True]
+    block, nulls = RowBlock.of_values([b"a", b"bc"])
+    assert block.tolist() == [b"a", b"bc"] and nulls is None
