@@ -378,6 +378,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ooo", type=float, default=0.0, help="share of records moved back (side_by_side's ooo: 0.05)")
     ap.add_argument("--td", type=int, default=10_000)
     sbs.add_window_options(ap)  # --window and its sizes, as side_by_side's (the _spark child takes them)
+    ap.set_defaults(progress_out="")  # side_by_side's own: this bench gives each child its progress file itself
     ap.add_argument("--grace", type=int, default=2_000)
     ap.add_argument("--partitions", type=int, default=2, help="input partitions = state partitions")
     ap.add_argument("--cores", type=int, default=2, help="Spark local[N]")
