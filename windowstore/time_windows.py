@@ -511,9 +511,10 @@ class TimeWindowProcessor:
         for start, lo, hi in zip(starts[firsts].tolist(), firsts, [*firsts[1:], len(keys)], strict=True):
             at = self._keys_at.get(start)
             if at is None:
-                at = self._keys_at[start] = {}
+                self._keys_at[start] = dict.fromkeys(keys[lo:hi])
                 new_starts.append(start)
-            at.update(dict.fromkeys(keys[lo:hi]))
+            else:
+                at.update(dict.fromkeys(keys[lo:hi]))
         if new_starts:
             self._starts[:] = heapq.merge(self._starts, new_starts)
         held = self._held

@@ -263,7 +263,14 @@ def _process(
     clean_at: list[int] = []
     partial: list[tuple[Hashable, int, int, int]] = []  # (key, t, index, first open start)
     drops: list[DroppedRecord] | None = [] if proc.collect_drops else None  # kept once nothing can fall back
-    for i, k in enumerate(keys):
+    clean = _all_clean(keys, timestamps, st, size, adv, grace)
+    if clean is not None:  # the usual batch, classified in numpy: every record is clean
+        t_all, close_all, pairs = clean
+        n_accepted = len(keys)
+        st = max(st, int(t_all.max()))
+        clean_keys = list(keys)
+        closes = close_all[np.flatnonzero(np.diff(close_all, prepend=close_all[0] - 1))].tolist()
+    for i, k in enumerate(keys if clean is None else ()):
         if k is None:  # T7: a null key is dropped before stream time moves
             n_null += 1
             if drops is not None:
@@ -302,7 +309,12 @@ def _process(
         partial.append((k, t, i, lo))
 
     # every contributing record's inputs per part, checked before any state changes
-    clean_cols = [part_column(kind, field, [values[i] for i in clean_at]) for kind, field in kinds]
+    ts_col: list[int] | np.ndarray = clean_ts
+    at_col: list[int] | np.ndarray = clean_at
+    if clean is not None:
+        ts_col, at_col = clean[0], np.arange(len(keys))
+    clean_values = list(values) if clean is not None else [values[i] for i in clean_at]
+    clean_cols = [part_column(kind, field, clean_values) for kind, field in kinds]
     ordered = proc.emit is EmitMode.UPDATE  # close mode: the write order is not observable
     single = type(proc.aggregation) is not Composite
     # combine with the held windows, in the record cache's last-write order: (index of the window's last record,
@@ -310,10 +322,11 @@ def _process(
     # accumulator from earlier records) before any write
     frame = None
     if not partial:
-        frame = _frame_windows(kinds, clean_keys, clean_ts, clean_at, clean_cols, size, adv, ordered, proc.key_ids)
+        frame = _frame_windows(kinds, clean_keys, ts_col, at_col, clean_cols, size, adv, ordered, proc.key_ids)
     if frame is None:
+        ts_list, at_list = _as_list(ts_col), _as_list(at_col)
         written = _row_windows(
-            kinds, clean_keys, clean_ts, clean_at, clean_cols, partial, values, size, adv, ordered, single
+            kinds, clean_keys, ts_list, at_list, clean_cols, partial, values, size, adv, ordered, single
         )
         frame = _written_frame(kinds, written, single, proc.key_ids, ordered)
         if frame is None:  # a value beyond the columns: the record path's form takes it
@@ -345,6 +358,34 @@ def _process(
     return out
 
 
+def _all_clean(
+    keys: Sequence[Hashable], timestamps: Sequence[Any], st: int, size: int, adv: int, grace: int
+) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """When every record of the batch is clean - a key, a valid timestamp within the int64 guard, every window
+    open at the record's own close time (no drop, nothing partially late) - its timestamps, the close time after
+    each record and the number of window writes, computed in numpy; ``None`` otherwise (the record loop of
+    :func:`_process` then classifies each record)."""
+    if not len(keys) or None in keys or set(map(type, timestamps)) != {int}:  # (a bool is no timestamp: loop)
+        return None
+    try:
+        t = np.array(timestamps, np.int64)
+    except OverflowError:
+        return None
+    if int(t.min()) < 0 or int(t.max()) + size >= _SAFE:
+        return None
+    stream = np.maximum.accumulate(t)  # T3
+    np.maximum(stream, st, out=stream)
+    close = stream - grace  # T4
+    first = np.maximum(t - size + adv, 0) // adv * adv  # T2: each record's smallest window start
+    if not (first + size > close).all():  # T5: some record has a closed window
+        return None
+    return t, close, int(((t - first) // adv + 1).sum())
+
+
+def _as_list(col: Any) -> list[Any]:
+    return col.tolist() if isinstance(col, np.ndarray) else col
+
+
 Written = tuple[list[Hashable], list[int], list[Any], list[int], list[int]]
 """The windows a batch writes as lists, in write order: keys, starts, accumulators, output timestamps, counts."""
 
@@ -359,8 +400,8 @@ _SAFE = 1 << 62  # every int64 intermediate below this: timestamps + size, key o
 def _frame_windows(
     kinds: list[tuple[str, str | None]],
     keys: list[Hashable],
-    ts: list[int],
-    at: list[int],
+    ts: list[int] | np.ndarray,
+    at: list[int] | np.ndarray,
     cols: list[list[Any]],
     size: int,
     adv: int,
@@ -381,7 +422,7 @@ def _frame_windows(
         return None
     ids: dict[Hashable, int] = {}
     batch_kid = np.array([ids.setdefault(k, len(ids)) for k in keys], np.int64)
-    t_lo, t_hi = min(ts), max(ts)
+    t_lo, t_hi = (int(ts.min()), int(ts.max())) if isinstance(ts, np.ndarray) else (min(ts), max(ts))
     base = t_lo - size
     stride = t_hi - base + size + 1
     if t_hi + size >= _SAFE or len(ids) * stride >= _SAFE:
@@ -390,7 +431,7 @@ def _frame_windows(
     if (int(table_kid.max()) + 1) * stride >= _SAFE:
         return None
     kid = table_kid[batch_kid]
-    t = np.array(ts, np.int64)
+    t = np.asarray(ts, np.int64)
     order = np.lexsort((t, kid))
     kid = kid[order]
     t = t[order]
@@ -408,8 +449,8 @@ def _frame_windows(
     w_kid = kid[src]
     run = kid * stride + (t - base)
     at_start = w_kid * stride + (starts - base)
-    lo = np.searchsorted(run, at_start)
-    hi = np.searchsorted(run, at_start + size)
+    lo = _sorted_searchsorted(run, at_start)
+    hi = _sorted_searchsorted(run, at_start + size)
     counts = hi - lo
     columns: list[np.ndarray] = []  # per part: the count, sum, min or max of every window (mean: count and sum)
     for (kind, _f), col in zip(kinds, cols, strict=True):
@@ -429,8 +470,22 @@ def _frame_windows(
         columns.append(prefix[hi] - prefix[lo])
     by = None
     if ordered:  # the record cache's last-write order: (index of the window's last record, start)
-        by = np.lexsort((starts, _range_op(np.array(at, np.int64)[order], np.maximum, lo, hi)))
+        last_record = _range_op(np.asarray(at, np.int64)[order], np.maximum, lo, hi)
+        width = (int(starts.max()) - int(starts.min())) // adv + 1 if len(starts) else 1
+        if int(last_record.max(initial=0)) * width < _SAFE:  # one int64 key: a stable sort of nearly sorted runs
+            by = np.argsort(last_record * width + (starts - int(starts.min(initial=0))) // adv, kind="stable")
+        else:
+            by = np.lexsort((starts, last_record))
     return w_kid, starts, t[hi - 1], counts, columns, by
+
+
+def _sorted_searchsorted(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(haystack, needles)`` (side left) for ascending ``needles``: the two sorted runs merged by
+    one stable sort (a needle before the equal haystack values), its rank minus the needles before it."""
+    both = np.concatenate([needles, haystack])
+    rank = np.empty(len(both), np.int64)
+    rank[np.argsort(both, kind="stable")] = np.arange(len(both))
+    return rank[: len(needles)] - np.arange(len(needles))
 
 
 def _range_op(values: np.ndarray, op: Any, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

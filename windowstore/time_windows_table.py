@@ -270,10 +270,8 @@ class WindowTable:
             if self.dirty.shape[1]:
                 self.dirty = self._rewrite(self.dirty, written)
                 self._dirty_at = None
-            else:  # where the written windows are now: np.insert put the j-th new one at ins[j] + j
-                at = np.empty(n, _I64)
-                at[miss] = ins + np.arange(len(ins))
-                at[hit] = pos[hit] + np.searchsorted(ins, pos[hit], side="right")
+            else:  # where the written windows are now: each moved right by the new windows before it
+                at = pos + np.cumsum(miss) - miss
                 self.dirty = written
                 self._dirty_at = (self._version, at[order])
         return created_kid, created_start
