@@ -103,6 +103,16 @@ def _state(proc: TimeWindowProcessor) -> tuple:
     return (s["observed_stream_time"], s["last_emit_close_time"], sorted(map(repr, s["windows"])), s["dirty"])
 
 
+def _assert_paths_agree(w: TimeWindows, agg: str, emit: str, batches: list, flushes: list[bool]) -> None:
+    """The batches through the columns path and through the record path: the same output, counters and state."""
+    ref = TimeWindowProcessor(w, parse_aggregations(agg), emit, collect_drops=True)
+    bat = TimeWindowProcessor(w, parse_aggregations(agg), emit, collect_drops=True, batch=True)
+    assert _columns_path(bat, batches, flushes) == _record_path(ref, batches, flushes, agg)
+    assert bat.stats == ref.stats
+    assert bat.expired_windows == ref.expired_windows
+    assert _state(bat) == _state(ref)
+
+
 def _batches(data: st.DataObject, base: int, span: int, values: Any) -> list:
     rec = st.tuples(st.sampled_from(["a", "b", "é", "c", None]), values, st.integers(0, span).map(lambda t: base + t))
     return data.draw(st.lists(st.lists(rec, max_size=30), min_size=1, max_size=5))
@@ -129,13 +139,7 @@ def test_columns_equal_the_record_paths_updates(
     if data.draw(st.booleans()):  # in time order: nothing late, close mode emits as time passes
         batches = [sorted(b, key=lambda r: r[2]) for b in batches]
     flushes = data.draw(st.lists(st.booleans(), min_size=5, max_size=5))
-    w = TimeWindows(size, advance, grace)
-    ref = TimeWindowProcessor(w, parse_aggregations(agg), emit, collect_drops=True)
-    bat = TimeWindowProcessor(w, parse_aggregations(agg), emit, collect_drops=True, batch=True)
-    assert _columns_path(bat, batches, flushes) == _record_path(ref, batches, flushes, agg)
-    assert bat.stats == ref.stats
-    assert bat.expired_windows == ref.expired_windows
-    assert _state(bat) == _state(ref)
+    _assert_paths_agree(TimeWindows(size, advance, grace), agg, emit, batches, flushes)
 
 
 @settings(max_examples=200, deadline=None)
@@ -158,13 +162,7 @@ def test_columns_with_many_windows_per_record_and_gaps(
     if grace == 0:
         batches = [sorted(b, key=lambda r: r[2]) for b in batches]
     flushes = data.draw(st.lists(st.booleans(), min_size=5, max_size=5))
-    w = TimeWindows(size, advance, grace)
-    ref = TimeWindowProcessor(w, parse_aggregations(agg), emit, collect_drops=True)
-    bat = TimeWindowProcessor(w, parse_aggregations(agg), emit, collect_drops=True, batch=True)
-    assert _columns_path(bat, batches, flushes) == _record_path(ref, batches, flushes, agg)
-    assert bat.stats == ref.stats
-    assert bat.expired_windows == ref.expired_windows
-    assert _state(bat) == _state(ref)
+    _assert_paths_agree(TimeWindows(size, advance, grace), agg, emit, batches, flushes)
 
 
 @settings(max_examples=200, deadline=None)
