@@ -641,7 +641,7 @@ class TimeWindowProcessor:
         if not table.dirty.shape[1]:
             return []
         kid, cols = table.take_dirty()
-        starts, tss, counts, parts = table.matrix_rows(cols)
+        starts, tss, counts = table.matrix_rows(cols)
         agg = self.aggregation
         finish = None if agg.finish_is_identity else agg.finish
         size = self.windows.size_ms
@@ -650,7 +650,7 @@ class TimeWindowProcessor:
         with gc_paused():  # one tuple per window: see output.gc_paused
             out = [
                 new(WindowUpdate, (k, s, s + size, a if finish is None else finish(a), t, c))
-                for k, s, a, t, c in zip(keys, starts.tolist(), table.accs_of(parts), tss.tolist(), counts.tolist())
+                for k, s, a, t, c in zip(keys, starts.tolist(), table.accs_of(cols), tss.tolist(), counts.tolist())
             ]
         self._purge_closed(self.observed_stream_time - self.windows.grace_ms)
         self.stats.updates_emitted += len(out)
@@ -663,7 +663,7 @@ class TimeWindowProcessor:
         if table is None or not table.dirty.shape[1]:
             return None
         kid, cols = table.take_dirty()
-        starts, tss, counts, _parts = table.matrix_rows(cols)
+        starts, tss, counts = table.matrix_rows(cols)
         agg = self.aggregation
         aggs = agg.parts if type(agg) is Composite else (agg,)
         out = {
@@ -697,8 +697,8 @@ class TimeWindowProcessor:
         in_table = [key in table.loaded and key not in self._by_key for key, _s in pairs]
         sel = [p for p, t in zip(pairs, in_table, strict=True) if t]
         cols = table.gather(table.key_ids([k for k, _s in sel]), np.array([s for _k, s in sel], np.int64))
-        _starts, tss, counts, parts = table.matrix_rows(cols)
-        from_table = iter(map(_Window, table.accs_of(parts), tss.tolist(), counts.tolist()))
+        _starts, tss, counts = table.matrix_rows(cols)
+        from_table = iter(map(_Window, table.accs_of(cols), tss.tolist(), counts.tolist()))
         return [next(from_table) if t else self._held_window(k, s) for (k, s), t in zip(pairs, in_table, strict=True)]
 
     def _held_window(self, key: Hashable, start: int) -> _Window:

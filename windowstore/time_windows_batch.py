@@ -391,7 +391,7 @@ Written = tuple[list[Hashable], list[int], list[Any], list[int], list[int]]
 
 Frame = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray], np.ndarray | None]
 """The windows a batch writes as columns (:meth:`TimeWindowProcessor.write_columns`), sorted by (key id, start):
-key ids, starts, output timestamps, counts, the part columns (mean: its count and its sum), and update mode's write
+key ids, starts, output timestamps, counts, the part columns but count's (mean: its sum), and update mode's write
 order (a permutation; ``None`` in close mode, where it is not observable)."""
 
 _SAFE = 1 << 62  # every int64 intermediate below this: timestamps + size, key offsets, prefix sums
@@ -452,12 +452,10 @@ def _frame_windows(
     lo = _sorted_searchsorted(run, at_start)
     hi = _sorted_searchsorted(run, at_start + size)
     counts = hi - lo
-    columns: list[np.ndarray] = []  # per part: the count, sum, min or max of every window (mean: count and sum)
+    columns: list[np.ndarray] = []  # per part but count: the sum, min or max of every window (mean: its sum)
     for (kind, _f), col in zip(kinds, cols, strict=True):
-        if kind == "count" or kind == "mean":
-            columns.append(counts)
-            if kind == "count":
-                continue
+        if kind == "count":
+            continue
         bound = max(max(col), -min(col))
         if bound * (n if kind in ("sum", "mean") else 1) >= _SAFE:
             return None
@@ -573,7 +571,12 @@ def _written_frame(
     per_part = [list(accs)] if single else [list(p) for p in zip(*accs, strict=True)] if accs else []
     for (kind, _f), col in zip(kinds, per_part, strict=False):
         if kind == "mean":
-            cols += [[a[0] for a in col], [a[1] for a in col]]
+            if [a[0] for a in col] != list(counts):  # (by construction: every record counted by both)
+                return None
+            cols.append([a[1] for a in col])
+        elif kind == "count":
+            if col != list(counts):
+                return None
         else:
             cols.append(col)
     for col in cols:
@@ -588,8 +591,8 @@ def _written_frame(
     order = np.empty(n, np.int64)
     order[srt] = np.arange(n)
     parts = [np.array(c, np.int64)[srt] if n else np.zeros(0, np.int64) for c in cols]
-    if not cols:  # (an empty batch: no part column to read)
-        parts = [np.zeros(0, np.int64) for _k in kinds for _r in range(2 if _k[0] == "mean" else 1)]
+    if not n:  # (an empty batch: no part column to read)
+        parts = [np.zeros(0, np.int64) for kind, _f in kinds if kind != "count"]
     tss_, counts_ = np.array(tss, np.int64)[srt], np.array(counts, np.int64)[srt]
     return kid[srt], start[srt], tss_, counts_, parts, order if ordered else None
 

@@ -8,8 +8,9 @@ and a hopping window of ``size / advance = 1,000`` is touched by ~2 windows per 
 A :class:`WindowTable` holds the same state as numpy columns instead, so a batch's writes, update mode's order and
 its flush cost numpy work per window, not Python objects::
 
-    matrix rows   kid    start  ts   count  part rows (count | sum | min | max | mean: n, sum)
+    matrix rows   kid    start  ts   count  part rows (sum | min | max | mean: its sum)
     column j      key id window start, max record ts, record count, accumulator parts      (sorted by kid, start)
+    (a count part is the record count, and so is a mean's count: no row of their own)
     dirty rows    kid    start                                                             (last-write order)
 
 A key's windows live either in the processor's dicts or in the table, never in both; the processor moves them
@@ -59,8 +60,12 @@ class WindowTable:
         self._names: np.ndarray | None = None  # the keys as an object array (key_column), rebuilt as keys come
         #: keys whose windows are held here (a key in it that holds no window any more is harmless: rows only)
         self.loaded: set[Hashable] = set()
-        n_parts = sum(2 if k == "mean" else 1 for k in self.kinds)
-        self._matrix = np.empty((_HEAD + n_parts, 0), _I64)
+        # a count is the window's record count and a mean's count is too (every record is counted by both, T11),
+        # so a count part has no row of its own and a mean's row holds its sum; the other parts have a row each
+        self._row_kinds = [k for k in self.kinds if k != "count"]
+        rows = iter(range(_HEAD, _HEAD + len(self._row_kinds)))
+        self._value_rows = [_COUNT if k == "count" else next(rows) for k in self.kinds]
+        self._matrix = np.empty((_HEAD + len(self._row_kinds), 0), _I64)
         self.dirty = np.empty((2, 0), _I64)
         # windows below this start are forgotten (trim), dropped from the matrix when it is next read
         self._floor: int | None = None
@@ -138,16 +143,21 @@ class WindowTable:
         return out
 
     # ------------------------------------------------------------------------------------------ conversions
-    def parts_of(self, accs: Sequence[Any]) -> list[list[Any]]:
-        """The part rows of record-path accumulators (mean: ``n`` and ``sum``), checked exact; else fallback."""
+    def parts_of(self, accs: Sequence[Any], counts: Sequence[int]) -> list[list[Any]]:
+        """The part rows of record-path accumulators of windows of ``counts`` records, checked exact (a count and
+        a mean's count equal to the window's); else fallback."""
         if not accs:
-            return [[] for _r in range(self.matrix.shape[0] - _HEAD)]
+            return [[] for _r in self._row_kinds]
         per_part = [list(accs)] if self.single else [list(p) for p in zip(*accs, strict=True)]
         rows: list[list[Any]] = []
         for kind, col in zip(self.kinds, per_part, strict=True):
             if kind == "mean":
-                rows.append([a[0] for a in col])
+                if [a[0] for a in col] != list(counts):
+                    raise BatchFallback
                 rows.append([a[1] for a in col])
+            elif kind == "count":
+                if col != list(counts):
+                    raise BatchFallback
             else:
                 rows.append(col)
         for row in rows:
@@ -155,17 +165,14 @@ class WindowTable:
                 raise BatchFallback  # a float, None or bool, or an int beyond the columns' range
         return rows
 
-    def accs_of(self, parts: np.ndarray) -> list[Any]:
-        """Record-path accumulators of the part rows ``parts`` (one per column)."""
+    def accs_of(self, m: np.ndarray) -> list[Any]:
+        """Record-path accumulators of the windows of matrix columns ``m`` (one per column)."""
         cols: list[list[Any]] = []
-        r = 0
-        for kind in self.kinds:
+        for kind, row in zip(self.kinds, self._value_rows, strict=True):
             if kind == "mean":
-                cols.append(list(zip(parts[r].tolist(), parts[r + 1].tolist(), strict=True)))
-                r += 2
+                cols.append(list(zip(m[_COUNT].tolist(), m[row].tolist(), strict=True)))
             else:
-                cols.append(parts[r].tolist())
-                r += 1
+                cols.append(m[row].tolist())
         return cols[0] if self.single else list(zip(*cols, strict=True))
 
     def absorb(self, rows: Sequence[WindowRow], dirty: Sequence[tuple[Hashable, int]]) -> None:
@@ -174,7 +181,7 @@ class WindowTable:
         unchanged, when a value is not exact in int64."""
         if rows:
             keys, starts, accs, tss, counts = zip(*rows, strict=True)
-            parts = self.parts_of(accs)
+            parts = self.parts_of(accs, counts)
             for col in (tss, counts):
                 if max(col) >= _LIMIT:
                     raise BatchFallback
@@ -193,7 +200,7 @@ class WindowTable:
         windows in last-write order."""
         m = self.matrix
         keys = list(map(self.keys.__getitem__, m[_KID].tolist()))
-        rows = list(zip(keys, m[_START].tolist(), self.accs_of(m[_HEAD:]), m[_TS].tolist(), m[_COUNT].tolist()))
+        rows = list(zip(keys, m[_START].tolist(), self.accs_of(m), m[_TS].tolist(), m[_COUNT].tolist()))
         d = self.dirty
         dirty = list(zip(map(self.keys.__getitem__, d[0].tolist()), d[1].tolist()))
         self._set(m[:, :0])
@@ -208,7 +215,7 @@ class WindowTable:
         kid = self.ids[key]
         lo, hi = np.searchsorted(m[_KID], [kid, kid + 1]).tolist()
         part = m[:, lo:hi]
-        return list(zip(part[_START].tolist(), self.accs_of(part[_HEAD:]), part[_TS].tolist(), part[_COUNT].tolist()))
+        return list(zip(part[_START].tolist(), self.accs_of(part), part[_TS].tolist(), part[_COUNT].tolist()))
 
     # ------------------------------------------------------------------------------------------ the batch
     def write(
@@ -236,21 +243,17 @@ class WindowTable:
             pos, hit = self._positions(m, kid, start)
         at = pos[hit]
         combined: list[np.ndarray] = []
-        r = 0
-        for kind in self.kinds:  # every combination before any write: a sum may leave the columns' range
-            rows = (r, r + 1) if kind == "mean" else (r,)
-            for q in rows:
-                old, new = m[_HEAD + q, at], parts[q][hit]
-                if kind == "min":
-                    combined.append(np.minimum(old, new))
-                elif kind == "max":
-                    combined.append(np.maximum(old, new))
-                else:
-                    c = old + new
-                    if len(c) and (int(c.max()) >= _LIMIT or int(c.min()) <= -_LIMIT):
-                        raise BatchFallback
-                    combined.append(c)
-            r += len(rows)
+        for q, kind in enumerate(self._row_kinds):  # every combination before any write
+            old, new = m[_HEAD + q, at], parts[q][hit]
+            if kind == "min":
+                combined.append(np.minimum(old, new))
+            elif kind == "max":
+                combined.append(np.maximum(old, new))
+            else:  # a sum (a mean's too) may leave the columns' range
+                c = old + new
+                if len(c) and (int(c.max()) >= _LIMIT or int(c.min()) <= -_LIMIT):
+                    raise BatchFallback
+                combined.append(c)
         self._held_codes = None
         if len(at):
             m[_TS, at] = np.maximum(m[_TS, at], ts[hit])
@@ -358,20 +361,17 @@ class WindowTable:
         :func:`~windowstore.columns.exact_column` makes them from the record path's values; ``finishers``: per
         part, its ``finish`` (for a mean beyond what float64 holds exactly)."""
         out: dict[str, np.ndarray] = {}
-        r = _HEAD
-        for i, (kind, name) in enumerate(zip(self.kinds, names, strict=True)):
+        for i, (kind, name, row) in enumerate(zip(self.kinds, names, self._value_rows, strict=True)):
             if kind != "mean":
-                out[name] = cols[r].copy()
-                r += 1
+                out[name] = cols[row] if row != _COUNT else cols[row].copy()  # (the count column is output too)
                 continue
-            n, s = cols[r], cols[r + 1]
-            r += 2
+            n, s = cols[_COUNT], cols[row]
             if len(n) and int(n.min()) > 0 and int(np.abs(s).max()) < _EXACT_FLOAT and int(n.max()) < _EXACT_FLOAT:
                 out[name] = s.astype(np.float64) / n.astype(np.float64)  # as Python's int / int: exact operands
             else:
                 out[name] = exact_column(list(map(finishers[i], zip(n.tolist(), s.tolist(), strict=True))))
         return out
 
-    def matrix_rows(self, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """start, ts, count and the parts of matrix columns ``cols``."""
-        return cols[_START], cols[_TS], cols[_COUNT], cols[_HEAD:]
+    def matrix_rows(self, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """start, ts and count of matrix columns ``cols``."""
+        return cols[_START], cols[_TS], cols[_COUNT]
