@@ -10,7 +10,8 @@ time, 10% displaced by up to 50 ms (inside grace: nothing late), count. rec/s = 
 process; ``out/rec`` = updates emitted per record.
 
 Batch paths side by side: ``batch upd`` / ``batch close`` feed the same stream in micro-batches of ``--batch``
-records to ``windowstore.time_windows_batch`` / ``windowstore.session_windows_batch`` (``x`` = batch / record path,
+records to the time-window batch path through the calls the service makes (``process_columns``, then
+``flush_columns``: the output as columns) / to ``windowstore.session_windows_batch`` (``x`` = batch / record path,
 same mode); the record path's close-mode rate is in ``close rec/s``. The session batch path covers update mode only
 (close mode falls back to the record path, so its ``x`` is ~1); sliding windows have their own batch path
 (``bench/windowstore_bench.py``), shown here as ``-``. Each cell's outputs are checked equal between the paths
@@ -40,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from windowstore_bench import load_engine
 
-from windowstore import Count, SlidingWindowProcessor, SlidingWindows, session_windows_batch, time_windows_batch
+from windowstore import Count, SlidingWindowProcessor, SlidingWindows, session_windows_batch
 from windowstore.session_windows import SessionWindowProcessor, SessionWindows
 from windowstore.time_windows import TimeWindowProcessor, TimeWindows
 
@@ -74,30 +75,48 @@ def cells() -> list[tuple[str, object]]:
 
 def run_cell(make: Any, emit: str, stream: list, seconds: float, batch: int, batch_path: Any = None) -> tuple:
     """(records/s, outputs per record, outputs) over whole micro-batches until ``seconds`` of CPU have passed;
-    ``batch_path`` = a module's ``process_batch`` (else the record path, record by record)."""
+    ``batch_path`` = a module's ``process_batch``, or :data:`COLUMNS` (the processor's ``process_columns`` and
+    ``flush_columns``, as the service calls them), else the record path, record by record."""
     proc = make(emit)
     done = 0
     outputs: list = []
+    flushed: list = []  # flush_columns' columns, turned into rows after the clock stops
     columns = [([k for k, _v, _t in c], [t for _k, _v, t in c], [v for _k, v, _t in c]) for c in _chunks(stream, batch)]
     gc.collect()
     gc.freeze()
     t0 = time.process_time()
     try:
         for keys, ts, values in columns:
-            if batch_path is not None:
-                outputs += batch_path(proc, keys, ts, values)
+            if batch_path is COLUMNS:
+                proc.process_columns(keys, ts, None, values)
+                flushed.append(proc.flush_columns())
             else:
-                process = proc.process
-                for k, v, t in zip(keys, values, ts, strict=True):
-                    outputs += process(k, v, t)
-            outputs += proc.flush()
+                if batch_path is not None:
+                    outputs += batch_path(proc, keys, ts, values)
+                else:
+                    process = proc.process
+                    for k, v, t in zip(keys, values, ts, strict=True):
+                        outputs += process(k, v, t)
+                outputs += proc.flush()
             done += len(keys)
             if time.process_time() - t0 >= seconds:
                 break
     finally:
         gc.unfreeze()
     cpu = time.process_time() - t0
+    for cols in flushed:
+        (name,) = cols["values"]
+        outputs += zip(
+            cols["key"],
+            *(cols[c].tolist() for c in ("start", "end")),
+            cols["values"][name].tolist(),
+            *(cols[c].tolist() for c in ("ts", "count")),
+            strict=True,
+        )
     return done / cpu, len(outputs) / done, outputs, done
+
+
+COLUMNS = "process_columns + flush_columns"
 
 
 def _chunks(stream: list, batch: int) -> list:
@@ -106,7 +125,7 @@ def _chunks(stream: list, batch: int) -> list:
 
 def _batch_module(name: str) -> Any:
     if name.startswith(("tumbling", "hopping")):
-        return time_windows_batch.process_batch
+        return COLUMNS
     if name.startswith("session"):
         return session_windows_batch.process_batch
     return None
@@ -118,7 +137,7 @@ def _check_equal(name: str, make: Any, emit: str, stream: list, batch_path: Any)
     head = stream[:4000]
     rec = run_cell(make, emit, head, 0.0, 2000)
     bat = run_cell(make, emit, head, 0.0, 2000, batch_path)
-    if rec[2] != bat[2]:
+    if list(map(tuple, rec[2])) != list(map(tuple, bat[2])):
         raise SystemExit(f"{name} {emit}: the batch path's output differs from the record path's")
 
 
@@ -133,17 +152,20 @@ def compare(a: argparse.Namespace, stream: list) -> None:
     subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(tmp), a.against], check=True)
     try:
         load_engine(tmp, "windowstore_against")
-        other = {m: importlib.import_module(f"windowstore_against.{m}") for m in ("time_windows", "time_windows_batch")}
+        other = {m: importlib.import_module(f"windowstore_against.{m}") for m in ("time_windows",)}
         trees = {
-            "this": (TimeWindowProcessor, TimeWindows, Count, time_windows_batch.process_batch),
+            "this": (TimeWindowProcessor, TimeWindows, Count, COLUMNS),
             a.against: (
                 other["time_windows"].TimeWindowProcessor,
                 other["time_windows"].TimeWindows,
                 importlib.import_module("windowstore_against").Count,
-                other["time_windows_batch"].process_batch,
+                COLUMNS,
             ),
         }
-        print(f"time-window batch path, records per CPU-second, best of {a.rounds} alternating rounds")
+        print(
+            f"time-window batch path (process_columns + flush_columns), records per CPU-second, best of {a.rounds}"
+            " alternating rounds"
+        )
         print(f"| cell | mode | this tree | {a.against} | this / {a.against} | noise |")
         print("|---|---|---:|---:|---:|---:|")
         best: dict[tuple[str, str, str], float] = {}

@@ -33,15 +33,20 @@ record timestamp in the window (T6).
 from __future__ import annotations
 
 import bisect
+import heapq
 import pickle
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .aggregations import Aggregation
+import numpy as np
+
+from .aggregations import Aggregation, Composite
 from .columns import update_columns
 from .family_common import FamilyStats, check_millis, key_bytes, valid_timestamp
 from .output import gc_paused
+from .time_windows_batch import BatchFallback, batch_kinds
+from .time_windows_table import WindowTable
 from .updates import DroppedRecord, DropReason, EmitMode, WindowUpdate
 from .windows import ConfigError
 
@@ -130,6 +135,11 @@ class TimeWindowProcessor:
     The index is what is true: a window forgotten (T12) while its key was not loaded is dropped from the index
     only, and filtered out of the key's (older) blob when the key is loaded; a key left with no window is a dirty
     key exported as ``None``. :meth:`export_state` / :meth:`restore_state` move the whole state as plain data.
+
+    The batch path (:meth:`process_columns`) keeps the loaded keys' windows and update mode's unflushed windows as
+    columns instead (:mod:`windowstore.time_windows_table`: the same values, no object per window); the record
+    path moves them back into the dicts before it touches them, the batch path into the columns again, so each
+    path reads its own form and the reference code reads as Kafka Streams' processor does.
     """
 
     def __init__(
@@ -165,6 +175,9 @@ class TimeWindowProcessor:
         self._dirty: dict[tuple[Hashable, int], None] = {}
         # close mode, batch path: the windows process_columns emitted, for flush_columns
         self._emitted: list[WindowUpdate] = []
+        # the batch path's form of the state (windowstore.time_windows_table): loaded keys' windows and update
+        # mode's unflushed windows as columns; a key is held in ``_by_key`` or here, never in both
+        self._table: WindowTable | None = None
 
     # ------------------------------------------------------------------------------------------ the contract
     @property
@@ -181,6 +194,12 @@ class TimeWindowProcessor:
     def windows_held(self) -> int:
         """Windows held (in the index; a key not loaded yet holds its windows in its blob)."""
         return self._n_windows
+
+    @property
+    def windows_in_columns(self) -> int:
+        """Windows held in the batch path's columnar form (:mod:`windowstore.time_windows_table`); the others are
+        in the record path's form or not loaded yet."""
+        return 0 if self._table is None else len(self._table)
 
     def take_drops(self) -> list[DroppedRecord]:
         """Return and clear the dropped records collected so far (``collect_drops=True``): null keys, invalid
@@ -219,14 +238,21 @@ class TimeWindowProcessor:
 
     def flush_columns(self) -> dict[str, Any]:
         """What :meth:`process_columns` emitted since the last call and :meth:`flush`, as the columns
-        :func:`~windowstore.columns.update_columns` makes."""
+        :func:`~windowstore.columns.update_columns` makes (update mode over the batch path's columns: built from
+        them, without an object per window)."""
         updates, self._emitted = self._emitted, []
+        if not updates and self._table_flushable():
+            cols = self._flush_table()
+            if cols is not None:
+                return cols
         return update_columns(updates + self.flush(), self.aggregation)
 
     # ------------------------------------------------------------------------------------------ record path
 
     def process(self, key: Hashable, value: Any, ts: Any) -> list[WindowUpdate]:
         """Aggregate one record (T3-T7) and return the updates Kafka Streams forwards while processing it."""
+        if self._table is not None:  # the batch path's columns back to this path's form
+            self._to_dicts()
         stats = self.stats
         stats.records += 1
         if key is None:  # T7: only a null KEY is dropped; a null value is aggregated (T11)
@@ -296,6 +322,8 @@ class TimeWindowProcessor:
     def flush(self) -> list[WindowUpdate]:
         """Update mode: the last value of every window written since the previous flush, in last-write order
         (T9: the record cache's flush on commit). Other modes: nothing (they forward from :meth:`process`)."""
+        if self._table_flushable():
+            return self._flush_table_updates()
         if not self._dirty:
             return []
         windows_of = self._windows_of  # a key not loaded yet is loaded here (lazy keys)
@@ -331,15 +359,16 @@ class TimeWindowProcessor:
         starts = self._starts
         i = bisect.bisect_left(starts, lower)
         j = bisect.bisect_right(starts, upper)
-        for start in starts[i:j]:  # a time-ordered store: start, then key bytes, all keys interleaved
-            keys = sorted(self._keys_at[start], key=key_bytes)
-            for key in keys:
-                out.append(self._update(key, start, self._held_window(key, start)))
+        # a time-ordered store: start, then key bytes, all keys interleaved
+        emitted = [(key, start) for start in starts[i:j] for key in sorted(self._keys_at[start], key=key_bytes)]
+        for (key, start), w in zip(emitted, self._held_windows(emitted), strict=True):
+            out.append(self._update(key, start, w))
         self.last_emit_close_time = window_close_time
         # emitted windows can never be updated (their end <= close) nor emitted again: forget them
         for start in starts[:j]:
             self._forget_start(start)
         del starts[:j]
+        self._trim_table()
 
     # ------------------------------------------------------------------------------------------ batch contract
     # What an accelerator (windowstore.time_windows_batch) may do to this processor's state. Each call does
@@ -348,6 +377,8 @@ class TimeWindowProcessor:
 
     def get_window(self, key: Hashable, start: int) -> tuple[Any, int, int] | None:
         """``(accumulator, output timestamp, record count)`` of one held window, or ``None``."""
+        if self._table is not None:
+            self._to_dicts()
         w = (self._windows_of(key) or _NO_WINDOWS).get(start)
         return None if w is None else (w.acc, w.ts, w.count)
 
@@ -365,6 +396,8 @@ class TimeWindowProcessor:
         of the last-write order in column order (T9). ``combine_all(held accumulators, the columns'
         accumulators for them)`` merges every held window in one call (a batch path does it a column at a time)
         before anything changes: if it raises, the state is untouched. Returns windows created."""
+        if self._table is not None:
+            self._to_dicts()
         by_key = self._by_key
         windows_of = self._windows_of  # a key not loaded yet is loaded here, before anything changes
         held = [(windows_of(k) or _NO_WINDOWS).get(s) for k, s in zip(keys, starts)]
@@ -403,6 +436,44 @@ class TimeWindowProcessor:
                 dirty.update(dict.fromkeys(written))
         return created
 
+    def key_ids(self, keys: Sequence[Hashable]) -> np.ndarray:
+        """Ids of ``keys`` in the batch path's columnar state (:class:`~windowstore.time_windows_table.WindowTable`,
+        made here); :meth:`write_columns` takes windows sorted by these ids."""
+        if self._table is None:
+            kinds = batch_kinds(self.aggregation)
+            if kinds is None:
+                raise BatchFallback
+            self._table = WindowTable(kinds, type(self.aggregation) is not Composite, self.windows.advance)
+        return self._table.key_ids(keys)
+
+    def write_columns(
+        self,
+        kid: np.ndarray,
+        starts: np.ndarray,
+        tss: np.ndarray,
+        counts: np.ndarray,
+        parts: list[np.ndarray],
+        order: np.ndarray | None,
+    ) -> int:
+        """:meth:`write_windows` as columns: window ``j`` = ``(key of id kid[j], starts[j])`` (ids of
+        :meth:`key_ids`), distinct and sorted by ``(kid, start)``, ``parts`` = the accumulator's part columns
+        (:class:`~windowstore.time_windows_table.WindowTable`'s part rows), ``order`` = the write order (update
+        mode, else ``None``). The windows are combined in the columnar state; raises
+        :class:`~windowstore.time_windows_batch.BatchFallback`, nothing written, when a value does not fit it.
+        Returns windows created."""
+        table = self._table
+        assert table is not None  # made by key_ids, which numbered kid
+        keys = table.keys_of(kid)
+        for key in keys:  # a key not loaded yet is loaded here, before anything changes
+            if key in self._held and key not in self._by_key and key not in table.loaded:
+                self._load(key)
+        self._absorb()
+        created_kid, created_start = table.write(kid, starts, tss, counts, parts, order)
+        self._changed.update(keys)  # every written key is exported (dirty_keys)
+        if len(created_kid):
+            self._index_add_columns(table.keys, created_kid, created_start)
+        return len(created_kid)
+
     def close_windows(self, window_close_time: int) -> list[WindowUpdate]:
         """What the record path does after a record that left close time at ``window_close_time``: close mode
         emits the windows it closed (T10) and returns them; other modes forget closed, flushed windows."""
@@ -429,6 +500,29 @@ class TimeWindowProcessor:
         self._held[key] = self._held.get(key, 0) + 1
         self._n_windows += 1
 
+    def _index_add_columns(self, names: list[Hashable], kid: np.ndarray, starts: np.ndarray) -> None:
+        """:meth:`_index_add` for the new windows ``(names[kid[j]], starts[j])``, a start at a time."""
+        by_start = np.argsort(starts, kind="stable")
+        starts = starts[by_start]
+        keys = list(map(names.__getitem__, kid[by_start].tolist()))
+        cut = np.flatnonzero(starts[1:] != starts[:-1]) + 1
+        firsts = np.concatenate([[0], cut]).tolist()
+        new_starts = []
+        for start, lo, hi in zip(starts[firsts].tolist(), firsts, [*firsts[1:], len(keys)], strict=True):
+            at = self._keys_at.get(start)
+            if at is None:
+                self._keys_at[start] = dict.fromkeys(keys[lo:hi])
+                new_starts.append(start)
+            else:
+                at.update(dict.fromkeys(keys[lo:hi]))
+        if new_starts:
+            self._starts[:] = heapq.merge(self._starts, new_starts)
+        held = self._held
+        ids, counts = np.unique(kid, return_counts=True)
+        for key, n in zip(map(names.__getitem__, ids.tolist()), counts.tolist(), strict=True):
+            held[key] = held.get(key, 0) + n
+        self._n_windows += len(kid)
+
     def _forget_start(self, start: int) -> None:
         """Forget every window at ``start`` (the caller removes ``start`` from ``_starts``)."""
         for key in self._keys_at.pop(start, ()):
@@ -453,18 +547,138 @@ class TimeWindowProcessor:
         size = self.windows.size_ms
         n = 0
         dirty = self._dirty
+        # the columns' unflushed windows (all held: a purge never passes one) start at first_dirty or later
+        first_dirty = None if self._table is None else self._table.first_dirty_start()
         while n < len(starts) and starts[n] + size <= window_close_time:
             start = starts[n]
             if dirty and any((k, start) in dirty for k in self._keys_at[start]):
+                break
+            if first_dirty is not None and start >= first_dirty:
                 break
             self._forget_start(start)
             n += 1
         if n:
             del starts[:n]
+            self._trim_table()
 
     def __len__(self) -> int:
         """Windows held."""
         return self._n_windows
+
+    # ------------------------------------------------------------------------------------------ batch columns
+    # The batch path's form of the state (windowstore.time_windows_table): what it holds is exactly what the
+    # dicts would hold; these move windows between the two forms and read the columns where the contract asks.
+
+    def _absorb(self) -> None:
+        """The record path's windows and unflushed windows into the columns (the batch path takes over);
+        :class:`~windowstore.time_windows_batch.BatchFallback`, nothing moved, when a value does not fit them."""
+        table = self._table
+        if table is None or not (self._by_key or self._dirty):
+            return
+        rows = [(k, s, w.acc, w.ts, w.count) for k, ws in self._by_key.items() for s, w in ws.items()]
+        table.absorb(rows, list(self._dirty))
+        self._by_key.clear()
+        self._dirty = {}
+
+    def _to_dicts(self) -> None:
+        """The columns back into the record path's dicts (the record path takes over); the columns go."""
+        table = self._table
+        if table is None:
+            return
+        self._table = None
+        rows, dirty = table.take_rows()
+        by_key = self._by_key
+        for key, start, acc, ts, count in rows:
+            windows = by_key.get(key)
+            if windows is None:
+                windows = by_key[key] = {}
+            windows[start] = _Window(acc, ts, count)
+        if dirty:  # the columns' unflushed windows were written before the dicts' (if any)
+            merged = dict.fromkeys(dirty)
+            for dk in self._dirty:
+                merged.pop(dk, None)
+                merged[dk] = None
+            self._dirty = merged
+
+    def _unflushed(self) -> list[tuple[Hashable, int]]:
+        """Update mode's unflushed windows, in last-write order, whichever form holds them."""
+        pairs = list(self._dirty)
+        if self._table is None:
+            return pairs
+        merged = dict.fromkeys(self._table.dirty_pairs())
+        for dk in pairs:
+            merged.pop(dk, None)
+            merged[dk] = None
+        return list(merged)
+
+    def _trim_table(self) -> None:
+        """The columns forget what the index forgot: every forget drops a prefix of the starts held."""
+        if self._table is not None:
+            self._table.trim(self._starts[0] if self._starts else None)
+
+    def _table_flushable(self) -> bool:
+        """Whether a flush can read the columns: they exist, and every unflushed window's key is loaded into them
+        (else, a value the columns cannot hold, the state goes back to the dicts and ``False``)."""
+        table = self._table
+        if table is None:
+            return False
+        if not table.dirty.shape[1] and not self._dirty:
+            return True  # nothing to flush
+        for key in table.dirty_keys() + [k for k, _s in self._dirty]:
+            if key in self._held and key not in self._by_key and key not in table.loaded:
+                self._load(key)
+        try:
+            self._absorb()
+        except BatchFallback:
+            self._to_dicts()
+            return False
+        return True
+
+    def _flush_table_updates(self) -> list[WindowUpdate]:
+        """:meth:`flush` over the columns (after :meth:`_table_flushable`): a :class:`WindowUpdate` per window."""
+        table = self._table
+        assert table is not None
+        if not table.dirty.shape[1]:
+            return []
+        kid, cols = table.take_dirty()
+        starts, tss, counts = table.matrix_rows(cols)
+        agg = self.aggregation
+        finish = None if agg.finish_is_identity else agg.finish
+        size = self.windows.size_ms
+        new = tuple.__new__
+        keys = map(table.keys.__getitem__, kid.tolist())
+        with gc_paused():  # one tuple per window: see output.gc_paused
+            out = [
+                new(WindowUpdate, (k, s, s + size, a if finish is None else finish(a), t, c))
+                for k, s, a, t, c in zip(keys, starts.tolist(), table.accs_of(cols), tss.tolist(), counts.tolist())
+            ]
+        self._purge_closed(self.observed_stream_time - self.windows.grace_ms)
+        self.stats.updates_emitted += len(out)
+        return out
+
+    def _flush_table(self) -> dict[str, Any] | None:
+        """:meth:`flush_columns` over the columns (after :meth:`_table_flushable`), as numpy columns throughout
+        (the keys as a list); ``None`` when nothing is unflushed."""
+        table = self._table
+        if table is None or not table.dirty.shape[1]:
+            return None
+        kid, cols = table.take_dirty()
+        starts, tss, counts = table.matrix_rows(cols)
+        agg = self.aggregation
+        aggs = agg.parts if type(agg) is Composite else (agg,)
+        out = {
+            "key": table.key_column(kid),
+            "start": starts,
+            "end": starts + self.windows.size_ms,
+            "ts": tss,
+            "count": counts,
+            "values": table.values(cols, [p.name for p in aggs], [p.finish for p in aggs]),
+        }
+        self._purge_closed(self.observed_stream_time - self.windows.grace_ms)
+        if not len(kid):
+            return update_columns([], agg)
+        self.stats.updates_emitted += len(kid)
+        return out
 
     # ------------------------------------------------------------------------------------------ lazy keys
 
@@ -474,6 +688,18 @@ class TimeWindowProcessor:
         if windows is None and key in self._held:
             windows = self._load(key)
         return windows
+
+    def _held_windows(self, pairs: list[tuple[Hashable, int]]) -> list[_Window]:
+        """The held windows ``(key, start)``, from this path's dicts or the batch path's columns."""
+        table = self._table
+        if table is None or not pairs:
+            return [self._held_window(key, start) for key, start in pairs]
+        in_table = [key in table.loaded and key not in self._by_key for key, _s in pairs]
+        sel = [p for p, t in zip(pairs, in_table, strict=True) if t]
+        cols = table.gather(table.key_ids([k for k, _s in sel]), np.array([s for _k, s in sel], np.int64))
+        _starts, tss, counts = table.matrix_rows(cols)
+        from_table = iter(map(_Window, table.accs_of(cols), tss.tolist(), counts.tolist()))
+        return [next(from_table) if t else self._held_window(k, s) for (k, s), t in zip(pairs, in_table, strict=True)]
 
     def _held_window(self, key: Hashable, start: int) -> _Window:
         windows = self._windows_of(key)
@@ -512,7 +738,7 @@ class TimeWindowProcessor:
                 "observed_stream_time": self.observed_stream_time,
                 "last_emit_close_time": self.last_emit_close_time,
                 "index": [(s, list(self._keys_at[s])) for s in self._starts],
-                "dirty": list(self._dirty),
+                "dirty": self._unflushed(),
                 "emitted": [tuple(u) for u in self._emitted],
             },
             protocol=5,
@@ -529,6 +755,8 @@ class TimeWindowProcessor:
             windows = self._by_key.get(key)
             if windows is not None:
                 out[key] = pickle.dumps([(s, w.acc, w.ts, w.count) for s, w in windows.items()], protocol=5)
+            elif self._table is not None and key in self._table.loaded:
+                out[key] = pickle.dumps(self._table.rows_of(key), protocol=5)
         return out
 
     def dirty_keys(self) -> set[Hashable]:
@@ -582,6 +810,8 @@ class TimeWindowProcessor:
     def export_state(self) -> dict[str, Any]:
         """Everything a restart needs, as plain data (accumulators as the aggregation keeps them; every key
         loaded)."""
+        if self._table is not None:
+            self._to_dicts()
         for key in list(self._held):
             self._windows_of(key)
         return {

@@ -17,10 +17,10 @@ tables, so a window costs two ``searchsorted`` whatever its size::
 A window is touched by the union of the records' windows (the output of update mode, not records x windows): per
 key ``(span of the key's records + size) / advance`` windows. That count grows with ``size / advance`` on any path
 (update mode forwards each of them: it is the output), so what keeps the path flat is the cost of a window
-written: it is computed in numpy, a column per part for all keys at once, and handed to the processor a column at
-a time (:meth:`TimeWindowProcessor.write_windows`: the held accumulators combined a column at a time). What is
-left per window is the processor's own state - a dict entry and an attribute write - and, in update mode, the
-flush's :class:`WindowUpdate` (``bench/window_types_bench.py``).
+written: it is computed in numpy, a column per part for all keys at once, and combined into the processor's state
+held as columns too (:meth:`TimeWindowProcessor.write_columns`, :mod:`windowstore.time_windows_table`: one
+``searchsorted`` or index arithmetic, a gather and a scatter per column), whose update-mode flush
+(``flush_columns``) reads the written windows back as columns - no Python object per window on the way.
 
 Late records (T5, T7). Close time only grows within a batch (``close_i = max(stream time, t_0..t_i) - grace``),
 so a record's closed windows are a prefix of its windows, counted arithmetically (one ``dropped-records-total`` tick
@@ -32,7 +32,8 @@ partially late records folded in. A window is touched only by records that were 
 is the value the record path has after the batch.
 
 What the path returns is what the record path returns for the same records, concatenated, and it leaves the
-processor in the record path's state (the processor's batch contract: ``write_windows`` / ``close_windows``):
+processor in the record path's state (the processor's batch contract: ``write_columns`` - or ``write_windows``
+for values beyond the columns - and ``close_windows``):
 
 * ``update``: nothing; the processor's :meth:`~TimeWindowProcessor.flush` then forwards each written window once,
   in the record cache's last-write order - the order of ``(index of the window's last record, start)``;
@@ -109,6 +110,16 @@ class TimeWindowBatchTarget(Protocol):
         tss: Sequence[int],
         counts: Sequence[int],
         combine_all: Callable[[list[Any], Sequence[Any]], list[Any]],
+    ) -> int: ...
+    def key_ids(self, keys: Sequence[Hashable]) -> np.ndarray: ...
+    def write_columns(
+        self,
+        kid: np.ndarray,
+        starts: np.ndarray,
+        tss: np.ndarray,
+        counts: np.ndarray,
+        parts: list[np.ndarray],
+        order: np.ndarray | None,
     ) -> int: ...
     def close_windows(self, window_close_time: int) -> list[WindowUpdate]: ...
 
@@ -252,7 +263,14 @@ def _process(
     clean_at: list[int] = []
     partial: list[tuple[Hashable, int, int, int]] = []  # (key, t, index, first open start)
     drops: list[DroppedRecord] | None = [] if proc.collect_drops else None  # kept once nothing can fall back
-    for i, k in enumerate(keys):
+    clean = _all_clean(keys, timestamps, st, size, adv, grace)
+    if clean is not None:  # the usual batch, classified in numpy: every record is clean
+        t_all, close_all, pairs = clean
+        n_accepted = len(keys)
+        st = max(st, int(t_all.max()))
+        clean_keys = list(keys)
+        closes = close_all[np.flatnonzero(np.diff(close_all, prepend=close_all[0] - 1))].tolist()
+    for i, k in enumerate(keys if clean is None else ()):
         if k is None:  # T7: a null key is dropped before stream time moves
             n_null += 1
             if drops is not None:
@@ -291,20 +309,30 @@ def _process(
         partial.append((k, t, i, lo))
 
     # every contributing record's inputs per part, checked before any state changes
-    clean_cols = [part_column(kind, field, [values[i] for i in clean_at]) for kind, field in kinds]
+    ts_col: list[int] | np.ndarray = clean_ts
+    at_col: list[int] | np.ndarray = clean_at
+    if clean is not None:
+        ts_col, at_col = clean[0], np.arange(len(keys))
+    clean_values = list(values) if clean is not None else [values[i] for i in clean_at]
+    clean_cols = [part_column(kind, field, clean_values) for kind, field in kinds]
     ordered = proc.emit is EmitMode.UPDATE  # close mode: the write order is not observable
     single = type(proc.aggregation) is not Composite
-    written = None
-    if not partial:
-        written = _frame_windows(kinds, clean_keys, clean_ts, clean_at, clean_cols, size, adv, ordered, single)
-    if written is None:
-        written = _row_windows(
-            kinds, clean_keys, clean_ts, clean_at, clean_cols, partial, values, size, adv, ordered, single
-        )
-
     # combine with the held windows, in the record cache's last-write order: (index of the window's last record,
-    # start); the combination may still fall back (a float accumulator from earlier records) before any write
-    created = proc.write_windows(*written, _combiner(kinds, single))
+    # start), as columns (the processor's columnar state); the combination may still fall back (a float
+    # accumulator from earlier records) before any write
+    frame = None
+    if not partial:
+        frame = _frame_windows(kinds, clean_keys, ts_col, at_col, clean_cols, size, adv, ordered, proc.key_ids)
+    if frame is None:
+        ts_list, at_list = _as_list(ts_col), _as_list(at_col)
+        written = _row_windows(
+            kinds, clean_keys, ts_list, at_list, clean_cols, partial, values, size, adv, ordered, single
+        )
+        frame = _written_frame(kinds, written, single, proc.key_ids, ordered)
+        if frame is None:  # a value beyond the columns: the record path's form takes it
+            created = proc.write_windows(*written, _combiner(kinds, single))
+    if frame is not None:
+        created = proc.write_columns(*frame)
     stats = proc.stats
     stats.records += len(keys)
     stats.dropped_null_key += n_null
@@ -330,8 +358,41 @@ def _process(
     return out
 
 
+def _all_clean(
+    keys: Sequence[Hashable], timestamps: Sequence[Any], st: int, size: int, adv: int, grace: int
+) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """When every record of the batch is clean - a key, a valid timestamp within the int64 guard, every window
+    open at the record's own close time (no drop, nothing partially late) - its timestamps, the close time after
+    each record and the number of window writes, computed in numpy; ``None`` otherwise (the record loop of
+    :func:`_process` then classifies each record)."""
+    if not len(keys) or None in keys or set(map(type, timestamps)) != {int}:  # (a bool is no timestamp: loop)
+        return None
+    try:
+        t = np.array(timestamps, np.int64)
+    except OverflowError:
+        return None
+    if int(t.min()) < 0 or int(t.max()) + size >= _SAFE:
+        return None
+    stream = np.maximum.accumulate(t)  # T3
+    np.maximum(stream, st, out=stream)
+    close = stream - grace  # T4
+    first = np.maximum(t - size + adv, 0) // adv * adv  # T2: each record's smallest window start
+    if not (first + size > close).all():  # T5: some record has a closed window
+        return None
+    return t, close, int(((t - first) // adv + 1).sum())
+
+
+def _as_list(col: Any) -> list[Any]:
+    return col.tolist() if isinstance(col, np.ndarray) else col
+
+
 Written = tuple[list[Hashable], list[int], list[Any], list[int], list[int]]
-"""The windows a batch writes as columns, in write order: keys, starts, accumulators, output timestamps, counts."""
+"""The windows a batch writes as lists, in write order: keys, starts, accumulators, output timestamps, counts."""
+
+Frame = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray], np.ndarray | None]
+"""The windows a batch writes as columns (:meth:`TimeWindowProcessor.write_columns`), sorted by (key id, start):
+key ids, starts, output timestamps, counts, the part columns but count's (mean: its sum), and update mode's write
+order (a permutation; ``None`` in close mode, where it is not observable)."""
 
 _SAFE = 1 << 62  # every int64 intermediate below this: timestamps + size, key offsets, prefix sums
 
@@ -339,16 +400,17 @@ _SAFE = 1 << 62  # every int64 intermediate below this: timestamps + size, key o
 def _frame_windows(
     kinds: list[tuple[str, str | None]],
     keys: list[Hashable],
-    ts: list[int],
-    at: list[int],
+    ts: list[int] | np.ndarray,
+    at: list[int] | np.ndarray,
     cols: list[list[Any]],
     size: int,
     adv: int,
     ordered: bool,
-    single: bool,
-) -> Written | None:
+    key_ids: Callable[[Sequence[Hashable]], np.ndarray],
+) -> Frame | None:
     """Every window the clean records write, all keys at once in numpy; ``None`` when a value does not fit the
-    int64 arithmetic (the row path then takes the batch).
+    int64 arithmetic (the row path then takes the batch). Keys are numbered by ``key_ids`` (the processor's
+    columnar state), so that the windows come out in its order.
 
     The records are sorted by ``(key, time)`` into one run; key ``k``'s record at ``t`` sits at
     ``k * stride + t - base`` so that every key's windows are ranges of the one run. A record's windows are the
@@ -357,15 +419,19 @@ def _frame_windows(
     last record are then read over its range: two ``searchsorted`` per window, prefix sums, sparse tables."""
     n = len(ts)
     if not n:
-        return [], [], [], [], []
+        return None
     ids: dict[Hashable, int] = {}
-    kid = np.array([ids.setdefault(k, len(ids)) for k in keys], np.int64)
-    t_lo, t_hi = min(ts), max(ts)
+    batch_kid = np.array([ids.setdefault(k, len(ids)) for k in keys], np.int64)
+    t_lo, t_hi = (int(ts.min()), int(ts.max())) if isinstance(ts, np.ndarray) else (min(ts), max(ts))
     base = t_lo - size
     stride = t_hi - base + size + 1
     if t_hi + size >= _SAFE or len(ids) * stride >= _SAFE:
         return None
-    t = np.array(ts, np.int64)
+    table_kid = key_ids(list(ids))
+    if (int(table_kid.max()) + 1) * stride >= _SAFE:
+        return None
+    kid = table_kid[batch_kid]
+    t = np.asarray(ts, np.int64)
     order = np.lexsort((t, kid))
     kid = kid[order]
     t = t[order]
@@ -383,13 +449,12 @@ def _frame_windows(
     w_kid = kid[src]
     run = kid * stride + (t - base)
     at_start = w_kid * stride + (starts - base)
-    lo = np.searchsorted(run, at_start)
-    hi = np.searchsorted(run, at_start + size)
+    lo = _sorted_searchsorted(run, at_start)
+    hi = _sorted_searchsorted(run, at_start + size)
     counts = hi - lo
-    columns: list[np.ndarray] = []  # per part: the count, sum, min or max of every window (mean: its sum)
+    columns: list[np.ndarray] = []  # per part but count: the sum, min or max of every window (mean: its sum)
     for (kind, _f), col in zip(kinds, cols, strict=True):
         if kind == "count":
-            columns.append(counts)
             continue
         bound = max(max(col), -min(col))
         if bound * (n if kind in ("sum", "mean") else 1) >= _SAFE:
@@ -401,39 +466,44 @@ def _frame_windows(
         prefix = np.zeros(n + 1, np.int64)
         np.cumsum(v, out=prefix[1:])
         columns.append(prefix[hi] - prefix[lo])
-    out_ts = t[hi - 1]
+    by = None
     if ordered:  # the record cache's last-write order: (index of the window's last record, start)
-        by = np.lexsort((starts, _range_op(np.array(at, np.int64)[order], np.maximum, lo, hi)))
-        starts, w_kid, out_ts, counts = starts[by], w_kid[by], out_ts[by], counts[by]
-        columns = [c[by] for c in columns]
-    count_list = counts.tolist()
-    parts = [
-        list(zip(count_list, c.tolist(), strict=True)) if kind == "mean" else c.tolist()
-        for (kind, _f), c in zip(kinds, columns, strict=True)
-    ]
-    id_keys = list(ids)
-    accs = parts[0] if single else list(zip(*parts, strict=True))
-    return list(map(id_keys.__getitem__, w_kid.tolist())), starts.tolist(), accs, out_ts.tolist(), count_list
+        last_record = _range_op(np.asarray(at, np.int64)[order], np.maximum, lo, hi)
+        width = (int(starts.max()) - int(starts.min())) // adv + 1 if len(starts) else 1
+        if int(last_record.max(initial=0)) * width < _SAFE:  # one int64 key: a stable sort of nearly sorted runs
+            by = np.argsort(last_record * width + (starts - int(starts.min(initial=0))) // adv, kind="stable")
+        else:
+            by = np.lexsort((starts, last_record))
+    return w_kid, starts, t[hi - 1], counts, columns, by
+
+
+def _sorted_searchsorted(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(haystack, needles)`` (side left) for ascending ``needles``: the two sorted runs merged by
+    one stable sort (a needle before the equal haystack values), its rank minus the needles before it."""
+    both = np.concatenate([needles, haystack])
+    rank = np.empty(len(both), np.int64)
+    rank[np.argsort(both, kind="stable")] = np.arange(len(both))
+    return rank[: len(needles)] - np.arange(len(needles))
 
 
 def _range_op(values: np.ndarray, op: Any, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """``op`` (``np.minimum`` / ``np.maximum``) over ``values[lo:hi]`` for every query (``hi > lo``), from a
-    sparse table up to the longest query: row ``l`` holds ``op`` over ``[i, i + 2**l)``."""
+    sparse table up to the longest query: row ``l`` holds ``op`` over ``[i, i + 2**l)`` (one 2-d array, so that
+    every query reads its level with one gather)."""
     if not len(lo):
         return values[:0]
     span = hi - lo
     k = np.frexp(span.astype(np.float64))[1] - 1  # floor(log2(span)), exact for spans below 2**53
-    table = [values]
-    for lv in range(1, int(k.max()) + 1):
+    n = len(values)
+    table = np.empty((int(k.max()) + 1, n), values.dtype)
+    table[0] = values
+    for lv in range(1, len(table)):
         h = 1 << (lv - 1)
-        prev = table[-1]
-        table.append(op(prev[:-h], prev[h:]))
-    out = np.empty(len(lo), values.dtype)
-    for lv in np.unique(k).tolist():
-        sel = np.flatnonzero(k == lv)
-        row = table[lv]
-        out[sel] = op(row[lo[sel]], row[hi[sel] - (1 << lv)])
-    return out
+        op(table[lv - 1, :-h], table[lv - 1, h:], out=table[lv, :-h])
+        table[lv, n - h :] = table[lv - 1, n - h :]  # (never read: no query reaches past the end)
+    flat = table.reshape(-1)
+    row = k * n
+    return op(flat[row + lo], flat[row + hi - (1 << k)])
 
 
 def _row_windows(
@@ -485,6 +555,46 @@ def _row_windows(
         return [], [], [], [], []
     _last, starts, wkeys, accs, wts, counts = zip(*writes, strict=True)
     return list(wkeys), list(starts), list(accs), list(wts), list(counts)
+
+
+def _written_frame(
+    kinds: list[tuple[str, str | None]],
+    written: Written,
+    single: bool,
+    key_ids: Callable[[Sequence[Hashable]], np.ndarray],
+    ordered: bool,
+) -> Frame | None:
+    """The row path's windows (in write order when ``ordered``) as a :data:`Frame`; ``None`` when a value is not
+    an int the columns hold (the record path's form then takes them)."""
+    keys, starts, accs, tss, counts = written
+    cols: list[list[Any]] = []
+    per_part = [list(accs)] if single else [list(p) for p in zip(*accs, strict=True)] if accs else []
+    for (kind, _f), col in zip(kinds, per_part, strict=False):
+        if kind == "mean":
+            if [a[0] for a in col] != list(counts):  # (by construction: every record counted by both)
+                return None
+            cols.append([a[1] for a in col])
+        elif kind == "count":
+            if col != list(counts):
+                return None
+        else:
+            cols.append(col)
+    for col in cols:
+        if set(map(type, col)) - {int} or (col and (max(col) >= _SAFE or min(col) <= -_SAFE)):
+            return None
+    n = len(keys)
+    ids: dict[Hashable, int] = {}
+    batch_kid = [ids.setdefault(k, len(ids)) for k in keys]
+    kid = key_ids(list(ids))[np.array(batch_kid, np.int64)] if n else key_ids([])
+    start = np.array(starts, np.int64)
+    srt = np.lexsort((start, kid))
+    order = np.empty(n, np.int64)
+    order[srt] = np.arange(n)
+    parts = [np.array(c, np.int64)[srt] if n else np.zeros(0, np.int64) for c in cols]
+    if not n:  # (an empty batch: no part column to read)
+        parts = [np.zeros(0, np.int64) for kind, _f in kinds if kind != "count"]
+    tss_, counts_ = np.array(tss, np.int64)[srt], np.array(counts, np.int64)[srt]
+    return kid[srt], start[srt], tss_, counts_, parts, order if ordered else None
 
 
 def _combiner(kinds: list[tuple[str, str | None]], single: bool) -> Any:
