@@ -249,3 +249,24 @@ def run_until_committed(args: Sequence[str], log: Path, checkpoint: Path, topic:
         rc = svc.stop()
     assert rc == 0, svc.tail()
     return batch
+
+
+def json_task_config(aggs: str, *, emit: str = "update", **options: Any) -> Any:
+    """A task config as the unit tests of a task batch use it: sliding windows of 1 s with 300 ms grace, JSON in
+    and out, topics ``out`` / ``late`` / ``dlq``; ``options``: any other TaskConfig field."""
+    from connectors.output import ChangelogSpec
+    from connectors.serde import InputSpec, aggregation_fields
+    from service.task.config import TaskConfig
+    from windowstore import WindowDefinition
+
+    return TaskConfig(
+        WindowDefinition("sliding", 1000, grace_ms=300),
+        aggs,
+        emit,
+        InputSpec(fields=aggregation_fields(aggs)),
+        ChangelogSpec("json", "json", aggs),
+        "out",
+        "late",
+        "dlq",
+        **options,
+    )

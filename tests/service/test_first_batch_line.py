@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import json
 
-from connectors.output import ChangelogSpec
-from connectors.serde import InputSpec, aggregation_fields
 from service.driver import worker_times
 from service.task.batch import process_task_batch
-from service.task.config import TaskConfig
 from service.task.runner import TaskBatch, TaskRunner
 from service.task.state import DictTaskState
 from service.task.stats import STATS_FIELDS, TASK_BATCHES
-from windowstore import WindowDefinition
+from tests.service.harness import json_task_config
 
 AGGS = "count,sum:amount"
 
@@ -26,17 +23,7 @@ def _batch(first: int, n: int) -> TaskBatch:
 
 
 def test_a_restart_without_the_workers_cache_shows_its_state_read_and_log_replay():
-    cfg = TaskConfig(
-        WindowDefinition("sliding", 1000, grace_ms=300),
-        AGGS,
-        "update",
-        InputSpec(fields=aggregation_fields(AGGS)),
-        ChangelogSpec("json", "json", AGGS),
-        "out",
-        "late",
-        "dlq",
-        state_snapshot_every=4,
-    )
+    cfg = json_task_config(AGGS, state_snapshot_every=4)
     state = DictTaskState()
     for b in range(3):  # a snapshot, then log entries
         process_task_batch(TaskRunner(cfg), state, _batch(100 * b, 100))

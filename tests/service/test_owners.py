@@ -11,8 +11,6 @@ import socket
 
 import pytest
 
-from connectors.output import ChangelogSpec
-from connectors.serde import InputSpec, aggregation_fields
 from service.task.config import TaskConfig
 from service.task.runner import TaskBatch, TaskRunner
 from service.task.state import DictTaskState
@@ -20,7 +18,7 @@ from service.worker import owners
 from service.worker.cache import WORKER
 from service.worker.run import process_task_batch
 from tests.service.events import payment_events
-from windowstore import WindowDefinition
+from tests.service.harness import json_task_config
 
 pytestmark = pytest.mark.skipif(not owners.SUPPORTED, reason="abstract Unix sockets are Linux-only")
 
@@ -29,19 +27,7 @@ TOPIC = "in"
 
 
 def config(key: str = "k" * 32, sink: str = "spark") -> TaskConfig:
-    return TaskConfig(
-        WindowDefinition("sliding", 1000, grace_ms=300),
-        AGGS,
-        "update",
-        InputSpec(fields=aggregation_fields(AGGS)),
-        ChangelogSpec("json", "json", AGGS),
-        "out",
-        "late",
-        "dlq",
-        owners=key,
-        sink=sink,
-        state_snapshot_every=3,
-    )
+    return json_task_config(AGGS, owners=key, sink=sink, state_snapshot_every=3)
 
 
 def run_local(cfg, state, batch):
