@@ -42,16 +42,17 @@ Prints a Markdown table; ``--out`` appends it with the command.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -62,6 +63,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import service_bench as sb  # noqa: E402  (LiveProducer)
 import side_by_side as sbs  # noqa: E402  (Proc, command, produce_backlog, read_output, with_overrides)
 from batch_overhead import stage_times  # noqa: E402
+from revision_tree import revision_tree  # noqa: E402
 
 from service.spark.job import OBSERVATION, observed_values  # noqa: E402
 from service.task.stats import TASK_BATCHES  # noqa: E402
@@ -93,14 +95,18 @@ def _bench_options(settings: str) -> tuple[str, bool, str]:
     return rest, own.get("poll", "0") not in ("0", "false"), own.get("tree", "")
 
 
-def tree_script(work: Path, rev: str) -> Path:
-    """bench/side_by_side.py of git revision ``rev`` (a detached worktree under ``work``, made once): its
+def tree_scripts(stack: contextlib.ExitStack) -> Callable[[str], Path]:
+    """bench/side_by_side.py of a git revision, its worktree made on first use and removed with ``stack``: its
     ``_spark`` child imports the service of that revision (its ROOT is its own tree) - before and after a change
     in one run."""
-    tree = work / f"tree-{rev}"
-    if not tree.exists():
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev], check=True)
-    return tree / "bench" / "side_by_side.py"
+    trees: dict[str, Path] = {}
+
+    def script(rev: str) -> Path:
+        if rev not in trees:
+            trees[rev] = stack.enter_context(revision_tree(rev, "batch-phases-"))
+        return trees[rev] / "bench" / "side_by_side.py"
+
+    return script
 
 
 def epoch_ms(timestamp: str) -> int:
@@ -122,7 +128,9 @@ def measured_batches(reports: list[dict], since: int, until: int) -> tuple[list[
     return measured, gaps
 
 
-def run_one(args, bootstrap: str, work: Path, name: str, settings: str, rate: float, n: int) -> dict:
+def run_one(
+    args, bootstrap: str, work: Path, name: str, settings: str, rate: float, n: int, script: Callable[[str], Path]
+) -> dict:
     """One configuration at one rate in its own process; the raw figures of its measured micro-batches."""
     from connectors.admin import TopicSpec, ensure_topics
 
@@ -143,7 +151,7 @@ def run_one(args, bootstrap: str, work: Path, name: str, settings: str, rate: fl
     args.service_settings = settings
     cmd = sbs.command("service", args, bootstrap, topic, out_topic, work)
     if rev:
-        cmd[1] = str(tree_script(work, rev))
+        cmd[1] = str(script(rev))  # the _spark child of that revision (tree_scripts)
     cmd += ["--progress-out", str(progress_file)] + (["--poll"] if poll else [])
     load0 = os.getloadavg()[0]
     proc = sbs.Proc(cmd, work / "logs" / f"{run}.log")
@@ -413,18 +421,17 @@ def main() -> int:
     broker.start()
     t0 = time.monotonic()
     raw: dict[float, dict[str, list[dict]]] = {rate: {n: [] for n in names} for rate in rates}
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(broker.stop)
+        script = tree_scripts(stack)
         for rnd in range(args.rounds):
             for i, rate in enumerate(rates):
                 # mirrored from one rate to the next and one round to the next (A B, then B A): a drift of the
                 # machine hits both configurations alike
                 order = configs if (rnd + i) % 2 == 0 else configs[::-1]
                 for name, settings in order:
-                    raw[rate][name].append(run_one(args, broker.bootstrap_servers, work, name, settings, rate, rnd))
-    finally:
-        broker.stop()
-        for tree in work.glob("tree-*"):
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+                    run = run_one(args, broker.bootstrap_servers, work, name, settings, rate, rnd, script)
+                    raw[rate][name].append(run)
     results = {rate: {n: figures(raw[rate][n]) for n in names} for rate in rates}
     cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT), *sys.argv[1:]])
     header = (

@@ -28,11 +28,11 @@ per 10 s), in order; windows of 10 s (hopping: advance 1 s), sessions of gap 2 s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -198,16 +198,11 @@ def main() -> int:
     trees: dict[str, tuple[Path, bool]] = {"this tree": (ROOT, False)}
     if args.keep_memory:
         trees["this tree + keep_memory"] = (ROOT, True)
-    tmp = None
-    if args.against:
-        tmp = Path(tempfile.mkdtemp(prefix="task-batch-bench-")) / "tree"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tmp), args.against],
-            check=True,
-            capture_output=True,
-        )
-        trees[args.against] = (tmp, False)
-    try:
+    with contextlib.ExitStack() as stack:
+        if args.against:
+            from revision_tree import revision_tree
+
+            trees[args.against] = (stack.enter_context(revision_tree(args.against, "task-batch-bench-")), False)
         best: dict[str, dict[str, float]] = {}
         for r in range(args.rounds):
             for name, (tree, keep) in trees.items():
@@ -220,9 +215,6 @@ def main() -> int:
                 )
                 if name not in best or got["ms"] < best[name]["ms"]:
                     best[name] = got
-    finally:
-        if tmp is not None:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp)], check=False)
     shape = (
         f"{KEYS} keys, {PER_BATCH} records per batch, windows full"
         if args.window == "sliding"

@@ -30,9 +30,7 @@ import functools
 import gc
 import importlib
 import random
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -147,10 +145,9 @@ def _time_processor(proc_cls: Any, windows: Any, count_cls: Any, emit: str) -> A
 
 def compare(a: argparse.Namespace, stream: list) -> None:
     """The time-window batch path of this tree and of ``a.against``, cell by cell, alternating rounds."""
-    tmp = Path(tempfile.mkdtemp(prefix="window-types-bench-")) / "tree"
-    root = Path(__file__).resolve().parents[1]
-    subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(tmp), a.against], check=True)
-    try:
+    from revision_tree import revision_tree
+
+    with revision_tree(a.against, "window-types-bench-") as tmp:
         load_engine(tmp, "windowstore_against")
         other = {m: importlib.import_module(f"windowstore_against.{m}") for m in ("time_windows",)}
         trees = {
@@ -193,8 +190,6 @@ def compare(a: argparse.Namespace, stream: list) -> None:
             print(
                 f"flatness {tree}, rec/s at 10 / 1,000 windows per record: update {flat[0]:.2f}x, close {flat[1]:.2f}x"
             )
-    finally:
-        subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tmp)], check=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,9 +26,7 @@ import argparse
 import gc
 import importlib.util
 import random
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
@@ -145,11 +143,9 @@ def main() -> None:
 
 def compare(args: argparse.Namespace) -> None:
     """Every cell on this tree's engine and on ``--against``'s, alternating, best of ``--rounds`` each."""
-    tmp = Path(tempfile.mkdtemp(prefix="windowstore-bench-")) / "tree"
-    subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tmp), args.against], check=True, capture_output=True
-    )
-    try:
+    from revision_tree import revision_tree
+
+    with revision_tree(args.against, "windowstore-bench-") as tmp:
         engines = {"this": windowstore, "against": load_engine(tmp, "windowstore_against")}
         print(
             f"python {sys.version.split()[0]}, {args.keys} keys, micro-batch {args.batch} records, update mode; "
@@ -184,8 +180,6 @@ def compare(args: argparse.Namespace) -> None:
                         )
                     del recs
                     gc.unfreeze()
-    finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp)], check=False)
 
 
 if __name__ == "__main__":
