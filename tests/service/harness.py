@@ -11,9 +11,12 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tests.service.events import Event
+
+if TYPE_CHECKING:
+    from service.task.config import TaskConfig
 
 __all__ = [
     "ServiceProcess",
@@ -251,7 +254,7 @@ def run_until_committed(args: Sequence[str], log: Path, checkpoint: Path, topic:
     return batch
 
 
-def json_task_config(aggs: str, *, emit: str = "update", **options: Any) -> Any:
+def json_task_config(aggs: str, *, emit: str = "update", **options: Any) -> TaskConfig:
     """A task config as the unit tests of a task batch use it: sliding windows of 1 s with 300 ms grace, JSON in
     and out, topics ``out`` / ``late`` / ``dlq``; ``options``: any other TaskConfig field."""
     from connectors.output import ChangelogSpec

@@ -9,8 +9,7 @@ import json
 
 import pytest
 
-from connectors.output import KIP1034_HEADERS, ChangelogSpec
-from connectors.serde import InputSpec, aggregation_fields
+from connectors.output import KIP1034_HEADERS
 from service.driver import failure_line
 from service.task.config import TaskConfig
 from service.task.runner import ProcessingFailure, TaskBatch, TaskRunner
@@ -18,7 +17,8 @@ from service.task.state import DictTaskState
 from service.task.stats import dead_letter_stat
 from service.worker.cache import WORKER
 from service.worker.run import process_task_batch
-from windowstore import WindowDefinition, aggregations
+from tests.service.harness import json_task_config
+from windowstore import aggregations
 
 AGGS = "count,fragile:amount,max:amount"
 POISON = 13
@@ -43,19 +43,7 @@ def _fragile(monkeypatch):
 
 
 def config(handler: str, emit: str = "update", batch: bool = True) -> TaskConfig:
-    return TaskConfig(
-        WindowDefinition("sliding", 1000, grace_ms=300),
-        AGGS,
-        emit,
-        InputSpec(fields=aggregation_fields(AGGS)),
-        ChangelogSpec("json", "json", AGGS),
-        "out",
-        "late",
-        "dlq",
-        batch=batch,
-        processing_exception_handler=handler,
-        state_snapshot_every=2,
-    )
+    return json_task_config(AGGS, emit=emit, batch=batch, processing_exception_handler=handler, state_snapshot_every=2)
 
 
 def records(amounts, t0=1000):
