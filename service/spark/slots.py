@@ -20,7 +20,9 @@ __all__ = ["SEED", "SLOT_CHAR0", "TABLE_PARTITIONS", "slot_of", "slot_table", "s
 #: the seed of Spark's ``hash`` expression (``Murmur3Hash``)
 SEED = 42
 #: partitions per topic covered by the table; a partition beyond it takes Spark's evaluation of the definition
-TABLE_PARTITIONS = 4096
+#: (the same slot). The table is computed at every start, ~0.1 ms per partition with many state partitions, so it
+#: covers what topics commonly have rather than every partition a topic could have.
+TABLE_PARTITIONS = 1024
 #: the character of slot 0 in a table (slots -1 .. 63 are the printable characters '/' .. 'o')
 SLOT_CHAR0 = ord("0")
 
