@@ -23,7 +23,7 @@ from connectors.admin import AdminError, TopicSpec, ensure_topics, partition_cou
 from service import metrics
 from service.checkpoint_access import checkpoint_dir_problem, checkpoint_window_problem
 from service.settings import Settings, SettingsError
-from service.spark.job import OBSERVATION, observed_values
+from service.spark.job import OBSERVATION, await_termination, build_spark, observed_values, start_query
 from service.task.config import TaskConfig
 from service.task.stats import TASK_BATCHES
 
@@ -397,7 +397,6 @@ def run(
     install_signal_handlers: bool = True,
 ) -> int:
     """Run the service until ``stop`` is set, SIGINT/SIGTERM, or the query fails. Returns an exit code."""
-    from service.spark.job import await_termination, build_spark, start_query
     from service.spark.listener import query_listener
     from service.spark.warmup import warm_python_workers
 
