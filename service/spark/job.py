@@ -236,7 +236,7 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> Spar
         "spark.sql.redaction.options.regex": "(?i)url|password|jaas|ssl[.]keystore[.]key|ssl[.]truststore[.]cert",
         "spark.python.worker.reuse": "true",
         # no session extensions from the classpath: the only one is MLlib's function registration, which the
-        # service never calls and whose loading was a third of the session's start (a JFR profile, bench/HISTORY.md)
+        # service never calls and whose loading was a large share of the session's start (bench/HISTORY.md)
         "spark.sql.extensions.test.loadFromCp": "false",
         "spark.driver.memory": settings.driver_memory,
         **checkpoint_file_conf(settings.checkpoint_dir),
@@ -398,8 +398,8 @@ def observed_columns() -> list[Column]:
 
     One ``collect_list`` rather than an aggregate per counter: Spark generates the code of an observation's
     aggregates in every task of every micro-batch (``AggregatingAccumulator``), and with a ``sum`` or ``max`` per
-    counter that took a quarter of the executor's JVM time in a small micro-batch (a JFR profile,
-    bench/HISTORY.md); the list holds one short row per task."""
+    counter that was a large share of a small micro-batch (profile and figures: bench/HISTORY.md); the list holds
+    one short row per task."""
     from pyspark.sql import functions as F
 
     stats_row = F.struct(F.col("task_topic").alias("topic"), F.col("task_partition").alias("partition"), "stats")

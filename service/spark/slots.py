@@ -2,8 +2,8 @@
 
 Why a table: the slot is the smallest ``s`` in ``[0, TASK_SLOTS)`` with ``pmod(hash(topic, partition, s), n)``
 equal to the task's target state partition (:func:`service.spark.job.task_slot`). Written as a 64-arm ``CASE`` of
-``hash`` calls it is correct, but Spark's optimizer and code generator walk those 64 arms in every micro-batch:
-~100 ms of each small micro-batch's ``queryPlanning`` (bench/RESULTS.md, ``batch_phases.py``). The driver knows
+``hash`` calls it is correct, but Spark's optimizer and code generator walk those 64 arms in every micro-batch,
+a visible share of a small micro-batch's ``queryPlanning`` (bench/RESULTS.md, ``batch_phases.py``). The driver knows
 the input topics, so it computes each topic's slots for partitions ``0 .. TABLE_PARTITIONS - 1`` here, with a port
 of Spark's ``hash`` (:func:`spark_hash`), and the query reads them from one string literal per topic; any other
 ``(topic, partition)`` falls back to the definition itself, evaluated by Spark. Same slots either way:
@@ -20,8 +20,8 @@ __all__ = ["SEED", "SLOT_CHAR0", "TABLE_PARTITIONS", "slot_of", "slot_table", "s
 #: the seed of Spark's ``hash`` expression (``Murmur3Hash``)
 SEED = 42
 #: partitions per topic covered by the table; a partition beyond it takes Spark's evaluation of the definition
-#: (the same slot). The table is computed at every start, ~0.1 ms per partition with many state partitions, so it
-#: covers what topics commonly have rather than every partition a topic could have.
+#: (the same slot). The table is computed at every start, so it covers what topics commonly have rather than
+#: every partition a topic could have.
 TABLE_PARTITIONS = 1024
 #: the character of slot 0 in a table (slots -1 .. 63 are the printable characters '/' .. 'o')
 SLOT_CHAR0 = ord("0")
