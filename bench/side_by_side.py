@@ -37,7 +37,12 @@ timestamp is the broker's wall clock when it was appended, for every system alik
   i.e. from the moment the newest record in that window was handed to the producer until the update that includes
   it is readable on the output topic. For the plain loop: append time - the record's ``sent``.
 * **peak RSS** = the largest sum of VmRSS over the process and all its descendants (JVM, Python workers), sampled
-  every 0.5 s. Each JVM gets ``-Xmx1g`` (Spark's driver default of 1g; the same for the Kafka Streams app).
+  every 0.5 s. Each JVM gets ``-Xmx1g`` (Spark's driver default of 1g; the same for the Kafka Streams app). The
+  result line also gives the sum's parts at that peak by process (``peak_rss_by_process``: command name / depth in
+  the tree, MiB) and the peak sum of PSS (``peak_pss_mb``: pages shared between the processes - Spark's Python
+  workers are forked from its daemon - counted once in all, where the RSS sum counts them in each process). A
+  child that shares its parent's address space (a JVM starting a command: until it execs, it shows the JVM's RSS)
+  is left out of the RSS sum: those pages are the parent's, already counted.
 
 **Window types** (``--window``, issue 31): ``sliding`` (the default, everything above), ``tumbling`` (``--size``,
 default ``--td``), ``hopping`` (``--size`` and ``--advance``, default ``--td`` and ``--td``/10) and ``session``
@@ -120,28 +125,59 @@ def produce_backlog(bootstrap, topics, n, keys, event_rate, grace_ms, ooo, seed=
 # ------------------------------------------------------------------------------------------------- processes
 
 
-def tree_rss_bytes(root_pid: int) -> int:
+def _process_table() -> tuple[dict[int, list[int]], dict[int, tuple[str, int, int]]]:
+    """Every process's children, and its command name, VmRSS (bytes) and virtual size."""
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
+    info: dict[int, tuple[str, int, int]] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             with open(f"/proc/{d}/stat") as f:
                 st = f.read()
-            ppid = int(st[st.rindex(")") + 2 :].split()[1])
+            fields = st[st.rindex(")") + 2 :].split()
             with open(f"/proc/{d}/status") as f:
                 kb = next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
+            ppid, vsize = int(fields[1]), int(fields[20])
         except (OSError, ValueError, IndexError):
             continue
         children.setdefault(ppid, []).append(int(d))
-        rss[int(d)] = kb * 1024
-    total, todo = 0, [root_pid]
+        info[int(d)] = (st[st.index("(") + 1 : st.rindex(")")], kb * 1024, vsize)
+    return children, info
+
+
+def _pss_bytes(pid: int) -> int:
+    """The process's proportional set size: its private pages plus its share of pages it shares with others."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            return next((int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:")), 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def tree_memory(root_pid: int, pss: bool = False) -> list[tuple[str, int, int]]:
+    """(kind, RSS, PSS) of the process and each of its descendants; kind = the command name and its depth in the
+    tree (``python3.11/0`` the root, ``java/1`` a JVM it started, ``python3.11/2`` and ``/3`` Spark's Python
+    daemon and the workers it forks). PSS only when ``pss`` (reading smaps_rollup costs more), else 0."""
+    children, info = _process_table()
+    out: list[tuple[str, int, int]] = []
+    todo = [(root_pid, 0, -1)]
     while todo:
-        pid = todo.pop()
-        total += rss.get(pid, 0)
-        todo.extend(children.get(pid, []))
-    return total
+        pid, depth, parent = todo.pop()
+        if pid in info:
+            name, rss, vsize = info[pid]
+            if parent in info and info[parent][1:] == (rss, vsize):
+                # a child that shares its parent's memory: the JVM starts a command (posix_spawn, vfork) and until
+                # it execs the child reports the JVM's whole RSS - the same pages, counted once
+                continue
+            out.append((f"{name}/{depth}", rss, _pss_bytes(pid) if pss else 0))
+        todo.extend((c, depth + 1, pid) for c in children.get(pid, []))
+    return out
+
+
+def tree_rss_bytes(root_pid: int) -> int:
+    """The sum of VmRSS over the process and its descendants."""
+    return sum(rss for _, rss, _ in tree_memory(root_pid))
 
 
 class Proc:
@@ -156,6 +192,9 @@ class Proc:
         self.consumed = 0
         self.first_input_at = None
         self.peak_rss = 0
+        self.peak_pss = 0
+        #: kind -> (processes, RSS) when the tree's RSS sum peaked (see tree_memory)
+        self.peak_breakdown: dict[str, tuple[int, int]] = {}
         self.alive = True
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._sample, daemon=True).start()
@@ -173,7 +212,16 @@ class Proc:
 
     def _sample(self):
         while self.alive and self.p.poll() is None:
-            self.peak_rss = max(self.peak_rss, tree_rss_bytes(self.p.pid))
+            procs = tree_memory(self.p.pid, pss=True)
+            rss = sum(r for _, r, _ in procs)
+            self.peak_pss = max(self.peak_pss, sum(p for _, _, p in procs))
+            if rss > self.peak_rss:
+                self.peak_rss = rss
+                kinds: dict[str, tuple[int, int]] = {}
+                for kind, r, _ in procs:
+                    n, total = kinds.get(kind, (0, 0))
+                    kinds[kind] = (n + 1, total + r)
+                self.peak_breakdown = kinds
             time.sleep(0.5)
 
     def wait_consumed(self, n, timeout):
@@ -585,6 +633,10 @@ def run_cell(args, bootstrap, cell, systems, work, log_dir):
             proc.wait_consumed(n + live.sent, 120)
             time.sleep(args.settle)
             rss = proc.peak_rss
+            pss = proc.peak_pss
+            breakdown = " + ".join(
+                f"{kind}{'' if n == 1 else f' x{n}'} {r / 2**20:.0f}" for kind, (n, r) in proc.peak_breakdown.items()
+            )
         finally:
             proc.stop()
             if spy is not None:
@@ -600,6 +652,8 @@ def run_cell(args, bootstrap, cell, systems, work, log_dir):
             live_keys=live_keys,
             drain_s=drain_s,
             peak_rss_mb=rss / 2**20,
+            peak_pss_mb=pss / 2**20,
+            peak_rss_by_process=breakdown,
             load=(load0 + os.getloadavg()[0]) / 2,
             live_sent=live.sent,
         )

@@ -15,6 +15,7 @@ import argparse
 import logging
 import os
 import re
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
@@ -160,6 +161,17 @@ def _driver_memory(text: str) -> str:
             f"must be between {MIN_DRIVER_MEMORY_MIB}m and 1t (Spark needs 450 MiB at least), got {text!r}"
         )
     return f"{int(m.group(1))}{m.group(2).lower() or 'm'}"
+
+
+def _java_options(text: str) -> str:
+    try:
+        words = shlex.split(str(text))
+    except ValueError as e:
+        raise ValueError(f"expected JVM options as shell words, {e}: {text!r}") from None
+    bad = [w for w in words if not w.startswith("-")]
+    if bad:
+        raise ValueError(f"JVM options start with '-' (e.g. -XX:+UseG1GC), got {bad[0]!r}")
+    return str(text).strip()
 
 
 def _port(text: str | int) -> int:
@@ -550,6 +562,15 @@ class Settings:
         "store's on-heap parts live in it), e.g. 768m, 2g: with state_cache_tasks the bound on the "
         "service's memory",
         "SIZE",
+    )
+    driver_java_options: str = _s(
+        "",
+        _java_options,
+        "extra options of the driver JVM, after the service's own (its log4j2 configuration, the serial "
+        "collector and a heap that starts small and gives back: service.spark.driver_jvm), so they override "
+        "them; a collector chosen here replaces the serial one (on the command line with '=': "
+        "--driver-java-options=-XX:+UseG1GC)",
+        "OPTIONS",
     )
     app_name: str = _s("slidingwindow", _nonempty, "Spark application name", "NAME")
     spark_conf: tuple[tuple[str, str], ...] = _s(

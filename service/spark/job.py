@@ -40,7 +40,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from service.checkpoint_access import checkpoint_balance_tasks, checkpoint_state_partitions
-from service.spark import classdata, compat, slots
+from service.spark import classdata, compat, driver_jvm, slots
 from service.spark_kafka_options import sink_options, source_options
 from service.task.config import TaskConfig
 from service.task.runner import TaskBatch, TaskOutput
@@ -248,7 +248,8 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> Spar
     for k, v in conf.items():
         builder = builder.config(k, v)
     archive = classdata.archive_for(settings.class_data_cache, conf.get("spark.jars", ""))
-    applied = _driver_java_options(archive.java_options() if archive is not None else [])
+    applied = _driver_java_options(archive.java_options() if archive is not None else [], settings.driver_java_options)
+    driver_jvm.set_malloc_arenas()
     gateway = _start_jvm(settings, conf)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -311,16 +312,16 @@ def python_worker_conf(fast_input: bool) -> dict[str, str]:
     return dict(PYTHON_WORKER_MODULES) if fast_input and compat.patches_apply() else {}
 
 
-def _driver_java_options(extra: list[str]) -> bool:
-    """The driver JVM's options, unless ``PYSPARK_SUBMIT_ARGS`` is set already (by the user, or by an earlier
-    session of this process): the project's log4j2 config (WARN, without the per-miss state-server WARN) and
-    ``extra`` (the class-data archive's, :mod:`.classdata`). Whether they were set."""
+def _driver_java_options(archive_options: list[str], user_options: str) -> bool:
+    """Set the driver JVM's options (:func:`.driver_jvm.java_options`: the project's log4j2 config - WARN,
+    without the per-miss state-server WARN -, the footprint options, the class-data archive's, the user's
+    ``driver_java_options``), unless ``PYSPARK_SUBMIT_ARGS`` is set already (by the user, or by an earlier
+    session of this process). Whether they were set."""
     cfg = os.path.join(os.path.dirname(os.path.dirname(__file__)), "log4j2.properties")  # service/
     if "PYSPARK_SUBMIT_ARGS" in os.environ:
         return False
-    options = ([f"-Dlog4j2.configurationFile=file:{cfg}"] if os.path.exists(cfg) else []) + extra
-    if options:
-        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-java-options {shlex.quote(' '.join(options))} pyspark-shell"
+    options = driver_jvm.java_options(cfg if os.path.exists(cfg) else None, archive_options, user_options)
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-java-options {shlex.quote(shlex.join(options))} pyspark-shell"
     return True
 
 
