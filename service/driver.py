@@ -22,7 +22,7 @@ from typing import Any
 from connectors.admin import AdminError, TopicSpec, ensure_topics, partition_counts
 from service import metrics
 from service.checkpoint_access import checkpoint_dir_problem, checkpoint_window_problem
-from service.settings import Settings, SettingsError
+from service.settings import Settings, SettingsError, size_bytes
 from service.spark.job import OBSERVATION, await_termination, build_spark, observed_values, start_query
 from service.task.config import TaskConfig
 from service.task.stats import TASK_BATCHES
@@ -191,6 +191,7 @@ def task_config(settings: Settings, key_schema_id: int | None = None, value_sche
         state_buckets=settings.state_buckets,
         state_cache=settings.state_cache,
         state_cache_tasks=settings.state_cache_tasks,
+        memory_limit=size_bytes(settings.memory_limit),
         state_snapshot_every=settings.state_snapshot_every,
         owners=secrets.token_hex(16) if settings.task_owners and settings.state_cache else "",
         sink=settings.sink,

@@ -163,6 +163,28 @@ def _driver_memory(text: str) -> str:
     return f"{int(m.group(1))}{m.group(2).lower() or 'm'}"
 
 
+#: the smallest memory_limit accepted: below it the driver JVM alone would be over it
+MIN_MEMORY_LIMIT_MIB = 768
+
+
+def size_bytes(text: str) -> int:
+    """Bytes of a size as the settings write it (``512m``, ``2g``, a number of MiB; ``0``: 0)."""
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise ValueError(f"expected a size such as 1500m, 2g or a number of MiB, got {text!r}")
+    return int(int(m.group(1)) * _SIZE_MIB[m.group(2).lower()] * 2**20)
+
+
+def _memory_limit(text: str) -> str:
+    n = size_bytes(text)
+    if n and not MIN_MEMORY_LIMIT_MIB * 2**20 <= n <= MAX_DRIVER_MEMORY_MIB * 2**20:
+        raise ValueError(
+            f"must be 0 (no limit) or between {MIN_MEMORY_LIMIT_MIB}m and 1t (the driver JVM alone holds "
+            f"~500 MiB), got {text!r}"
+        )
+    return str(text).strip().lower()
+
+
 def _java_options(text: str) -> str:
     try:
         words = shlex.split(str(text))
@@ -561,6 +583,16 @@ class Settings:
         "heap of the driver JVM (spark.driver.memory; with a local master Spark's tasks and the state "
         "store's on-heap parts live in it), e.g. 768m, 2g: with state_cache_tasks the bound on the "
         "service's memory",
+        "SIZE",
+    )
+    memory_limit: str = _s(
+        "0",
+        _memory_limit,
+        "the service's resident memory to stay within, e.g. 1500m, 2g: above it each Python worker drops its "
+        "least recently used tasks' cached windows after a batch (their next batch restores them from the "
+        "state store: exact, slower; state_cache_dropped_total counts them) and hands the memory back; "
+        "measured as the JVM, the Python daemon and workers, and with a local master the Python driver. "
+        "0 (default): no limit, state_cache_tasks alone bounds the cache",
         "SIZE",
     )
     driver_java_options: str = _s(

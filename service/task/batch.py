@@ -54,8 +54,9 @@ class TaskCache(Protocol):
         """Remove and return the task's entry (a failed batch then leaves none behind)."""
         ...
 
-    def add(self, key: TaskKey, entry: CachedTask) -> None:
-        """Keep the task's processor after its batch (valid while ``entry.token`` is the committed token)."""
+    def add(self, key: TaskKey, entry: CachedTask) -> int:
+        """Keep the task's processor after its batch (valid while ``entry.token`` is the committed token); how
+        many kept processors it dropped to stay within its bounds (this one included, if it had to go too)."""
         ...
 
 
@@ -172,12 +173,12 @@ def process_task_batch(
             state.set_task(meta, new_token, n_buckets)
     finally:
         source.release()
-    if keep is not None:
-        keep.add(cache_key, CachedTask(new_token, proc, source, runner))
+    dropped = keep.add(cache_key, CachedTask(new_token, proc, source, runner)) if keep is not None else 0
     loaded, read_ns = source.loaded, read_start + source.read_ns - read_in_restore
     s = out.stats
     s["windows_expired"] += proc.expired_windows - expired_before
     s["state_cache_hit"] = int(hit)
+    s["state_cache_dropped"] = dropped
     s["state_log_replayed"] = len(plan)
     s["state_snapshot"] = int(snapshot_now)
     s["state_windows"] = proc.windows_held

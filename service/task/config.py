@@ -29,6 +29,7 @@ class TaskConfig:
     state_buckets: int = 256  # key buckets per task for NEW state (existing state keeps its own number)
     state_cache: bool = True  # keep the processor in the Python worker between micro-batches (token-checked)
     state_cache_tasks: int = 64  # at most this many tasks' processors per worker (least recently used go first)
+    memory_limit: int = 0  # bytes: above it the workers drop cached processors (worker.cache, worker.memory); 0: none
     state_snapshot_every: int = 16  # write the key buckets every n-th batch, a log entry of the input otherwise
     owners: str = ""  # run a task's batches in the worker that owns it, with this query key (worker.owners); "": off
     sink: str = "spark"  # "direct": the worker produces the output rows itself (connectors.producer)

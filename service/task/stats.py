@@ -233,6 +233,15 @@ STATS: tuple[StatSpec, ...] = (
         "state_cache_hit",
         counter=CounterSpec("state_cache_hits_total", "Task batches served from the worker's cached processor"),
     ),
+    # cached task processors the worker dropped after this batch (state_cache_tasks, memory_limit)
+    StatSpec(
+        "state_cache_dropped",
+        counter=CounterSpec(
+            "state_cache_dropped_total",
+            "Tasks' cached windows dropped by a worker to stay within state_cache_tasks or memory_limit (their next "
+            "batch restores them from the state store: exact, slower)",
+        ),
+    ),
     StatSpec("state_buckets_loaded"),
     StatSpec(
         "state_buckets_written",

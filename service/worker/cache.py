@@ -8,22 +8,37 @@ one :data:`WORKER`; tests make more to play several workers in one process.
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from service.task.batch import CachedTask, TaskKey
 from service.task.config import TaskConfig
+from service.worker.memory import release_freed_memory, service_rss_bytes
 
 __all__ = ["WorkerCache", "WORKER", "drop_cached", "worker_busy"]
+
+logger = logging.getLogger(__name__)
 
 
 class WorkerCache:
     """One worker's processors by task (``entries``), the lock a task batch holds for its whole run, and how
-    many task batches wait for it (:mod:`service.worker.owners` asks whether the worker is busy)."""
+    many task batches wait for it (:mod:`service.worker.owners` asks whether the worker is busy).
 
-    def __init__(self) -> None:
+    ``memory`` measures what the task config's ``memory_limit`` bounds (the service's resident bytes,
+    :func:`service.worker.memory.service_rss_bytes`; None: unknown, no bound) and ``release`` hands freed memory
+    back to the system; tests give their own."""
+
+    def __init__(
+        self,
+        memory: Callable[[], int | None] = service_rss_bytes,
+        release: Callable[[], None] = release_freed_memory,
+    ) -> None:
         self.entries: dict[TaskKey, CachedTask] = {}
+        self.memory = memory
+        self.release = release
+        self._warned = False
         self.lock = threading.Lock()
         self.waiting = 0  # task batches waiting for the lock
         self._waiting_lock = threading.Lock()  # several threads start task batches (owners): += is not atomic
@@ -38,15 +53,42 @@ class WorkerCache:
         """Remove and return a task's entry (a batch that fails leaves none behind)."""
         return self.entries.pop(key, None)
 
-    def add(self, key: TaskKey, entry: CachedTask) -> None:
-        """Hold ``entry`` for ``key`` as the most recently used. Beyond the task config's ``state_cache_tasks``
-        (the operator's bound on the workers' memory) the least recently used entries are dropped: their tasks'
-        next batches restore from the state store (exact, like any cache miss).
+    def add(self, key: TaskKey, entry: CachedTask) -> int:
+        """Hold ``entry`` for ``key`` as the most recently used; returns how many entries were dropped for it.
+
+        Two bounds drop the least recently used entries first (their tasks' next batches restore from the state
+        store: exact, like any cache miss): the task config's ``state_cache_tasks`` (entries per worker), and its
+        ``memory_limit`` (bytes, 0: none) - while the service holds more than that (``memory``), entries go one
+        by one, the freed memory handed back after each, down to this batch's own if need be.
         ``entries`` is in order of use: a batch takes its entry out (:meth:`take`) and adds it back at the end."""
+        cfg = key[0]
         self.entries.pop(key, None)
-        while self.entries and len(self.entries) >= key[0].state_cache_tasks:
+        dropped = 0
+        while self.entries and len(self.entries) >= cfg.state_cache_tasks:
             self.entries.pop(next(iter(self.entries)))
+            dropped += 1
         self.entries[key] = entry
+        if cfg.memory_limit:
+            dropped += self._bound_memory(cfg.memory_limit)
+        return dropped
+
+    def _bound_memory(self, limit: int) -> int:
+        used = self.memory()
+        dropped = 0
+        while used is not None and used > limit and self.entries:
+            self.entries.pop(next(iter(self.entries)))
+            dropped += 1
+            self.release()
+            used = self.memory()
+        if used is not None and used > limit and not self._warned:
+            self._warned = True  # once per worker: every batch would say it again
+            logger.warning(
+                "the service holds %d MiB with no windows cached in this worker, over memory_limit (%d MiB): "
+                "every batch of its tasks restores them from the state store; raise memory_limit",
+                used >> 20,
+                limit >> 20,
+            )
+        return dropped
 
     def drop(self, config: TaskConfig, topic: str, partition: int) -> None:
         """Forget a task's processor (another worker takes the task over)."""

@@ -138,6 +138,17 @@ def test_end_to_end_other_sink(kafka_bootstrap, topics, tmp_path):
     )
 
 
+def test_end_to_end_memory_limit_under_what_the_service_holds(kafka_bootstrap, topics, tmp_path):
+    """``memory_limit`` below the JVM's and the Python processes' own memory: after every batch the workers drop
+    every cached task (and say once that the limit is too low), so every batch restores its windows from the
+    state store - and every output topic is still the replay's."""
+    run_json_update(
+        kafka_bootstrap, topics, tmp_path, 1500, 505, "--memory-limit", "768m", "--max-offsets-per-trigger", "500"
+    )
+    log = (tmp_path / "service.log").read_text()
+    assert "over memory_limit (768 MiB)" in log
+
+
 def test_end_to_end_avro_every_fields(kafka_bootstrap, topics, tmp_path):
     """Avro (Schema Registry wire format) in and out, key and event time from value fields, Kafka Streams
     windowed keys, emit every: the changelog is exactly the uncached Kafka Streams sequence per partition."""

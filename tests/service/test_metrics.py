@@ -257,6 +257,7 @@ EXPOSED = {
             "skipped_windows_total",
             "windows_expired_total",
             "state_cache_hits_total",
+            "state_cache_dropped_total",
             "state_buckets_written_total",
             "state_log_replayed_total",
             "state_snapshots_total",

@@ -228,6 +228,61 @@ def test_a_worker_bounded_to_one_cached_task_stays_exact():
     assert changelog_final((key, value) for _p, kind, key, value in rows1 if kind == "changelog") == exp.final
 
 
+def _measured_cache(limit: int, over: int) -> tuple[WorkerCache, list[int]]:
+    """A worker cache whose measure of the service's memory is ``limit + cached tasks + over - 3`` (over the
+    limit with more than ``3 - over`` tasks cached), and how many times it handed memory back."""
+    released = [0]
+
+    def memory() -> int:
+        return limit + len(cache) + over - 3
+
+    def release() -> None:
+        released[0] += 1
+
+    cache = WorkerCache(memory=memory, release=release)
+    return cache, released
+
+
+def test_memory_limit_drops_cached_tasks_least_recently_used_first_and_stays_exact():
+    """``memory_limit``: after a batch, while the service holds more than the limit, the worker drops cached tasks
+    least recently used first, handing freed memory back after each (here the measure is a counter that falls by
+    one "task" per drop; the real one reads /proc: test_worker_memory.py), down to the batch's own task. The
+    output is row for row that of the same batches with no limit, and the drops are counted in the stats."""
+    events = payment_events(3000, seed=17)
+    exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit="update")
+    by_part = defaultdict(list)
+    for ev in events:
+        by_part[ev.partition].append(ev)
+    results = {}
+    for limit, over in ((0, 0), (100, 2), (100, 9)):  # no limit; over it with 2 cached; over it with none cached
+        cfg = dataclasses.replace(config("update", snapshot_every=4), memory_limit=limit)
+        cache, released = _measured_cache(limit, over)
+        runner, rnd = TaskRunner(cfg), random.Random(5)
+        states = {p: DictTaskState() for p in by_part}
+        pos = dict.fromkeys(by_part, 0)
+        rows, dropped, sizes = [], 0, []
+        while any(pos[p] < len(evs) for p, evs in by_part.items()):
+            for p, evs in sorted(by_part.items()):
+                if pos[p] >= len(evs):
+                    continue
+                hi = min(len(evs), pos[p] + rnd.randint(1, 300))
+                out = run_slice(runner, states[p], p, evs, pos[p], hi, cache=cache)
+                pos[p] = hi
+                dropped += out.stats["state_cache_dropped"]
+                sizes.append(len(cache))
+                rows += [(p, kind, key, value) for kind, _topic, key, value, _headers in out.rows()]
+        results[(limit, over)] = rows
+        if limit == 0:
+            assert dropped == 0 and max(sizes) == len(by_part) and released[0] == 0
+        elif over == 2:  # over the limit with 2 or more tasks cached: 1 stays
+            assert max(sizes) == 1 and dropped > 0 and released[0] == dropped
+        else:  # over the limit with nothing cached: every batch's own task goes too
+            assert max(sizes) == 0 and released[0] == dropped
+    assert len(by_part) == 3
+    assert results[(100, 2)] == results[(0, 0)] == results[(100, 9)]
+    assert changelog_final((key, value) for _p, kind, key, value in results[(0, 0)] if kind == "changelog") == exp.final
+
+
 def every_sequence(rows) -> dict:
     """The changelog per partition as (key, start, end, aggregates, count, max ts) in emission order."""
     seq = defaultdict(list)

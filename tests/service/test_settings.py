@@ -71,6 +71,8 @@ def test_durations(text, ms):
         ([], {ENV_PREFIX + "STATE_CACHE_TASKS": "lots"}, "state_cache_tasks"),
         ([], {ENV_PREFIX + "STATE_CACHE_TASKS": "10000000"}, "state_cache_tasks"),
         (["--driver-memory", "100m"], {}, "driver_memory"),
+        (["--memory-limit", "500m"], {}, "memory_limit"),
+        ([], {ENV_PREFIX + "MEMORY_LIMIT": "lots"}, "memory_limit"),
         (["--driver-memory", "lots"], {}, "driver_memory"),
         ([], {ENV_PREFIX + "DRIVER_MEMORY": "5t"}, "driver_memory"),
     ],
@@ -135,6 +137,14 @@ def test_state_cache_tasks_reaches_the_task_config():
 
     assert task_config(load(["--state-cache-tasks", "2"], environ={})).state_cache_tasks == 2
     assert task_config(load([], environ={})).state_cache_tasks == Settings().state_cache_tasks == 64
+
+
+def test_memory_limit_reaches_the_task_config_in_bytes():
+    from service.driver import task_config
+
+    assert task_config(load(["--memory-limit", "1500m"], environ={})).memory_limit == 1500 << 20
+    assert task_config(load([], environ={ENV_PREFIX + "MEMORY_LIMIT": "2g"})).memory_limit == 2 << 30
+    assert task_config(load([], environ={})).memory_limit == 0  # the default: no limit
 
 
 @pytest.mark.parametrize(("text", "value"), [("1g", "1g"), ("768M", "768m"), ("2048", "2048m"), (" 2 GB ", "2g")])
