@@ -9,6 +9,7 @@ import json
 import pickle
 import random
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from itertools import pairwise
 
 import pytest
@@ -19,7 +20,7 @@ from connectors.serde import Decoded, InputSpec, aggregation_fields
 from service.task import batch as task_batch
 from service.task import state as task_state
 from service.task.config import TaskConfig
-from service.task.runner import TaskBatch, TaskRunner
+from service.task.runner import TaskBatch, TaskOutput, TaskRunner
 from service.task.state import DictTaskState, TaskState, decode_bucket, encode_bucket
 from service.worker.cache import WorkerCache
 from tests.service.events import changelog_final, payment_events, replay
@@ -191,6 +192,21 @@ def _run_in_batches(cfg: TaskConfig, events, seed, fail_every, states, process):
     return rows, totals
 
 
+def round_robin(cfg: TaskConfig, cache: WorkerCache, by_part: dict) -> Iterator[tuple[int, TaskOutput]]:
+    """Each partition's events in micro-batches of 1-300 records (seeded), the partitions taking turns on one
+    worker (``cache``), state in DictTaskState: (partition, output) per batch."""
+    runner, rnd = TaskRunner(cfg), random.Random(5)
+    states = {p: DictTaskState() for p in by_part}
+    pos = dict.fromkeys(by_part, 0)
+    while any(pos[p] < len(evs) for p, evs in by_part.items()):
+        for p, evs in sorted(by_part.items()):
+            if pos[p] >= len(evs):
+                continue
+            hi = min(len(evs), pos[p] + rnd.randint(1, 300))
+            yield p, run_slice(runner, states[p], p, evs, pos[p], hi, cache=cache)
+            pos[p] = hi
+
+
 def test_a_worker_bounded_to_one_cached_task_stays_exact():
     """``state_cache_tasks=1``: the partitions' batches take turns on one worker, so every batch finds another
     task's windows cached, drops them (least recently used) and restores its own from the state store (snapshot
@@ -204,21 +220,13 @@ def test_a_worker_bounded_to_one_cached_task_stays_exact():
     results = {}
     for bound in (1, 64):
         cfg = dataclasses.replace(config("update", snapshot_every=4), state_cache_tasks=bound)
-        runner, cache, rnd = TaskRunner(cfg), WorkerCache(), random.Random(5)
-        states = {p: DictTaskState() for p in by_part}
-        pos = dict.fromkeys(by_part, 0)
+        cache = WorkerCache()
         rows, hits, batches = [], 0, 0
-        while any(pos[p] < len(evs) for p, evs in by_part.items()):
-            for p, evs in sorted(by_part.items()):  # round robin: the least recently used task comes next
-                if pos[p] >= len(evs):
-                    continue
-                hi = min(len(evs), pos[p] + rnd.randint(1, 300))
-                out = run_slice(runner, states[p], p, evs, pos[p], hi, cache=cache)
-                pos[p] = hi
-                hits += out.stats["state_cache_hit"]
-                batches += 1
-                assert len(cache) <= bound
-                rows += [(p, kind, key, value) for kind, _topic, key, value, _headers in out.rows()]
+        for p, out in round_robin(cfg, cache, by_part):  # the least recently used task comes next
+            hits += out.stats["state_cache_hit"]
+            batches += 1
+            assert len(cache) <= bound
+            rows += [(p, kind, key, value) for kind, _topic, key, value, _headers in out.rows()]
         results[bound] = rows, hits, batches
     (rows1, hits1, n), (rows64, hits64, _n) = results[1], results[64]
     assert n > 20
@@ -257,20 +265,11 @@ def test_memory_limit_drops_cached_tasks_least_recently_used_first_and_stays_exa
     for limit, over in ((0, 0), (100, 2), (100, 9)):  # no limit; over it with 2 cached; over it with none cached
         cfg = dataclasses.replace(config("update", snapshot_every=4), memory_limit=limit)
         cache, released = _measured_cache(limit, over)
-        runner, rnd = TaskRunner(cfg), random.Random(5)
-        states = {p: DictTaskState() for p in by_part}
-        pos = dict.fromkeys(by_part, 0)
         rows, dropped, sizes = [], 0, []
-        while any(pos[p] < len(evs) for p, evs in by_part.items()):
-            for p, evs in sorted(by_part.items()):
-                if pos[p] >= len(evs):
-                    continue
-                hi = min(len(evs), pos[p] + rnd.randint(1, 300))
-                out = run_slice(runner, states[p], p, evs, pos[p], hi, cache=cache)
-                pos[p] = hi
-                dropped += out.stats["state_cache_dropped"]
-                sizes.append(len(cache))
-                rows += [(p, kind, key, value) for kind, _topic, key, value, _headers in out.rows()]
+        for p, out in round_robin(cfg, cache, by_part):
+            dropped += out.stats["state_cache_dropped"]
+            sizes.append(len(cache))
+            rows += [(p, kind, key, value) for kind, _topic, key, value, _headers in out.rows()]
         results[(limit, over)] = rows
         if limit == 0:
             assert dropped == 0 and max(sizes) == len(by_part) and released[0] == 0
