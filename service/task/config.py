@@ -30,6 +30,7 @@ class TaskConfig:
     state_cache: bool = True  # keep the processor in the Python worker between micro-batches (token-checked)
     state_cache_tasks: int = 64  # at most this many tasks' processors per worker (least recently used go first)
     state_snapshot_every: int = 16  # write the key buckets every n-th batch, a log entry of the input otherwise
+    state_snapshot_records: int = 100_000  # ... or sooner, once the log holds more input records (0: no bound)
     owners: str = ""  # run a task's batches in the worker that owns it, with this query key (worker.owners); "": off
     sink: str = "spark"  # "direct": the worker produces the output rows itself (connectors.producer)
     producer: tuple[tuple[str, Any], ...] = field(default=(), repr=False)  # the direct producer's librdkafka
