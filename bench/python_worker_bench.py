@@ -28,7 +28,7 @@ from pyspark.sql.streaming import StatefulProcessor  # noqa: E402
 
 
 class InputOnly(StatefulProcessor):
-    """The service processor's input handling (service.spark.job.WindowTaskProcessor.handleInputRows), only."""
+    """The service processor's input handling (service.spark.processor.WindowTaskProcessor.handleInputRows), only."""
 
     def init(self, handle: Any) -> None:
         pass

@@ -22,7 +22,11 @@ as a consumer of the changelog topic sees it (a real consumer, subscribed before
 PSS and peak RSS of every process of the service's group, sampled with the windows full before each kill.
 
 ``--variant k=v,...`` runs every other restart (mirrored: base, variant, variant, base, ...) with those settings
-added, so one run gives the ratio of a change. Prints a Markdown table (``--out FILE`` appends it).
+added, so one run gives the ratio of a change; ``--against REV`` runs those restarts with the service of git
+revision REV instead (a worktree of it; the checkpoint must be readable by both). CPU: the CPU seconds each process
+of the service used from its start to the first output (the driver JVM's split into its JIT compiler threads, its
+GC threads and the rest; a process that ended meanwhile counts in its parent's). Prints a Markdown table
+(``--out FILE`` appends it).
 """
 
 from __future__ import annotations
@@ -30,17 +34,21 @@ from __future__ import annotations
 import argparse
 import atexit
 import calendar
+import contextlib
 import os
 import re
+import shlex
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -73,9 +81,11 @@ class Start:
     steps: dict[str, float] = field(default_factory=dict)  # step -> seconds after ``began``
     first_batch_ms: str = ""
     first_batch_parts: str = ""  # Spark's durations of the first micro-batch over 0.1 s
+    first_batch_workers: str = ""  # the workers' timers of the first micro-batch (service.driver.worker_times)
     in_flight: bool | None = None  # the kill that ended it found a micro-batch in flight
     attempts: int = 1  # starts until one wrote output (a failed one is restarted at once, as a supervisor would)
     memory: list[dict] = field(default_factory=list)
+    cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds up to the first output, by process role
 
 
 def log_time(line: str) -> float | None:
@@ -94,12 +104,14 @@ def read_steps(log: Path, start: Start) -> None:
                 start.steps[step] = t - start.began
         m = FIRST_BATCH.search(line)
         if m and "first micro-batch started" not in start.steps:
+            parts, _, workers = (m.group(4) or "").partition(" | ")
             iso = m.group(2).rstrip("Z")
             whole, _, frac = iso.partition(".")
             t = calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")) + float(f"0.{frac or 0}")
             start.steps["first micro-batch started"] = t - start.began
             start.first_batch_ms = m.group(3)
-            start.first_batch_parts = m.group(4) or ""
+            start.first_batch_parts = parts.strip()
+            start.first_batch_workers = workers.strip()
 
 
 class FirstRecord(threading.Thread):
@@ -236,6 +248,97 @@ def batch_in_flight(ck: Path) -> bool:
     return last("offsets") > last("commits")
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(stat: str, children: bool) -> float:
+    """utime + stime (+ the reaped children's cutime + cstime) of a /proc stat line, in seconds."""
+    f = stat.rsplit(")", 1)[1].split()
+    return sum(int(x) for x in (f[11:15] if children else f[11:13])) / _TICK
+
+
+def _jvm_thread_group(name: str) -> str:
+    if name.startswith(("C1 CompilerThre", "C2 CompilerThre")):
+        return "driver JVM: JIT compiler threads"
+    if name.startswith(("GC Thread", "G1 ")):
+        return "driver JVM: GC threads"
+    return "driver JVM: other threads (+ ended children)"
+
+
+def process_cpu(root: int) -> dict[str, float]:
+    """CPU seconds every process of the service (``root`` and its descendants) has used so far, by role
+    (:func:`process_memory`'s), the driver JVM's by thread group; ended children count in their parent's."""
+    tree = process_tree(root)
+    jvms = {pid for pid, (_pp, cmd) in tree.items() if "SparkSubmit" in cmd}
+    out: dict[str, float] = {}
+    for pid, (_ppid, cmd) in tree.items():
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            if pid in jvms:
+                whole = _cpu_seconds(stat, True)
+                threads = 0.0
+                for t in Path(f"/proc/{pid}/task").iterdir():
+                    tstat = (t / "stat").read_text()
+                    name = tstat[tstat.index("(") + 1 : tstat.rindex(")")]
+                    used = _cpu_seconds(tstat, False)
+                    if (group := _jvm_thread_group(name)) != "driver JVM: other threads (+ ended children)":
+                        out[group] = out.get(group, 0.0) + used
+                        threads += used
+                rest = "driver JVM: other threads (+ ended children)"
+                out[rest] = out.get(rest, 0.0) + whole - threads
+                continue
+            used = _cpu_seconds(stat, True)
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+        if pid == root:
+            role = "Python driver"
+        elif "daemon" in cmd:
+            role = "Python daemon + workers"
+        else:
+            role = "other: " + cmd[:40]
+        out[role] = out.get(role, 0.0) + used
+    return out
+
+
+def cpu_table(starts: list[Start]) -> list[str]:
+    roles = list(dict.fromkeys(r for s in starts for r in s.cpu))
+    lines = [
+        "",
+        "| CPU seconds from process start to first output | " + " | ".join(s.label for s in starts) + " |",
+        "|---|" + "---:|" * len(starts),
+    ]
+    for role in roles:
+        lines.append(f"| {role} | " + " | ".join(f"{s.cpu.get(role, 0.0):.1f}" for s in starts) + " |")
+    lines.append("| **all** | " + " | ".join(f"{sum(s.cpu.values()):.1f}" for s in starts) + " |")
+    return lines
+
+
+def keep_logs(work: Path, to: Path) -> None:
+    """Copy the service's logs of the run (``*.log`` in ``work``) to ``to``."""
+    to.mkdir(parents=True, exist_ok=True)
+    for log in work.glob("*.log"):
+        shutil.copy2(log, to / log.name)
+    print(f"service logs kept in {to}", flush=True)
+
+
+def jfr_dump(svc: Any, to: Path, label: str) -> None:
+    """Dump the flight recording of the start's driver JVM (running one) into ``to`` with ``jcmd``."""
+    to.mkdir(parents=True, exist_ok=True)
+    jvms = [pid for pid, (_pp, cmd) in process_tree(svc.proc.pid).items() if "SparkSubmit" in cmd]
+    for pid in jvms:
+        out = to / (re.sub(r"\W+", "-", label) + f"-{pid}.jfr")
+        done = subprocess.run(["jcmd", str(pid), "JFR.dump", f"filename={out}"], capture_output=True, text=True)
+        print(f"{label}: JFR dump {out}: {done.stdout.strip().splitlines()[-1:]}", flush=True)
+
+
+def py_spy(svc: Any, to: Path, label: str) -> subprocess.Popen[bytes]:
+    """py-spy recording the start's Python driver (``PY_SPY``: its command, default ``py-spy``) until SIGINT."""
+    to.mkdir(parents=True, exist_ok=True)
+    out = to / (re.sub(r"\W+", "-", label) + ".svg")
+    cmd = [*shlex.split(os.environ.get("PY_SPY", "py-spy")), "record", "-p", str(svc.proc.pid), "-r", "50"]
+    return subprocess.Popen([*cmd, "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def memory_table(starts: list[Start]) -> list[str]:
     lines = [
         "",
@@ -277,8 +380,22 @@ def main() -> int:
     ap.add_argument("--restarts", type=int, default=2, help="SIGKILL + restart rounds")
     ap.add_argument("--service-settings", default="", help="extra settings of every start, name=value,...")
     ap.add_argument("--variant", default="", help="settings added to every other restart (mirrored order)")
+    ap.add_argument("--against", default="", help="git revision whose service runs every other restart instead")
     ap.add_argument("--no-check", action="store_true", help="skip the exactness check (reads every update)")
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--keep-logs", default="", help="copy the service's logs (one per start) to this folder")
+    ap.add_argument(
+        "--jfr-dump",
+        default="",
+        help="folder: after each start's first output, dump the driver JVM's flight recording there with jcmd "
+        "(the JVM must run one: PYSPARK_SUBMIT_ARGS with -XX:StartFlightRecording; a SIGKILLed JVM writes none)",
+    )
+    ap.add_argument(
+        "--py-spy",
+        default="",
+        help="folder: record the Python driver of each start with py-spy (PY_SPY: its command) from its start to "
+        "its first output, one flame graph per start",
+    )
     ap.add_argument("--out", default="")
     args = ap.parse_args()
 
@@ -290,6 +407,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     work = Path(tempfile.mkdtemp(prefix="sw-recovery-"))
     atexit.register(shutil.rmtree, work, ignore_errors=True)
+    if args.keep_logs:  # registered after the removal: runs before it
+        atexit.register(keep_logs, work, Path(args.keep_logs))
     bootstrap = args.bootstrap_servers
     if not bootstrap:
         from devtools.local_broker import LocalKafkaBroker
@@ -332,11 +451,19 @@ def main() -> int:
         **_pairs(args.service_settings),
     }
     variant = _pairs(args.variant)
+    tree: Path | None = None
+    if args.against:
+        from revision_tree import revision_tree
+
+        trees = contextlib.ExitStack()
+        atexit.register(trees.close)  # the worktree removed at exit
+        tree = trees.enter_context(revision_tree(args.against, "recovery-bench-"))
 
     def service(label: str, with_variant: bool, attempt: int) -> ServiceProcess:
         settings = {**flags, **(variant if with_variant else {})}
         argv = [x for k, v in settings.items() for x in ("--" + k.replace("_", "-"), v)]
-        return ServiceProcess(argv, work / (re.sub(r"\W+", "-", label) + f"-{attempt}.log"))
+        log = work / (re.sub(r"\W+", "-", label) + f"-{attempt}.log")
+        return ServiceProcess(argv, log, cwd=tree if with_variant else None)
 
     starts: list[Start] = []
 
@@ -353,8 +480,14 @@ def main() -> int:
                 s.began = time.time()
             s.attempts = attempt
             svc.start()
+            spy = py_spy(svc, Path(args.py_spy), label) if args.py_spy else None
             try:
                 settle(svc, s, first)
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)  # py-spy writes its flame graph on SIGINT
+                    spy.wait(timeout=60)
+                if args.jfr_dump:
+                    jfr_dump(svc, Path(args.jfr_dump), label)
                 return svc, s
             except ServiceExited as e:
                 first.done.set()
@@ -371,6 +504,7 @@ def main() -> int:
                 raise RuntimeError(f"{s.label}: no changelog record within {args.timeout} s:\n{svc.tail()}")
             time.sleep(0.05)
         s.steps["first changelog record"] = first.at - s.began
+        s.cpu = process_cpu(svc.proc.pid)  # type: ignore[union-attr]
         while time.monotonic() < deadline and svc.alive():  # the driver logs the first micro-batch once it ends
             read_steps(svc.log, s)
             if "first micro-batch started" in s.steps:
@@ -405,7 +539,7 @@ def main() -> int:
     live.start()
     for i in range(args.restarts):
         crash(svc, s)
-        with_variant = bool(variant) and i % 4 in (1, 2)
+        with_variant = bool(variant or tree) and i % 4 in (1, 2)
         svc, s = start(f"restart {i + 1}" + (" (variant)" if with_variant else ""), with_variant)
     time.sleep(args.live_before_kill)
     s.memory = process_memory(svc.proc.pid)  # type: ignore[union-attr]
@@ -440,6 +574,7 @@ def main() -> int:
         f"{os.cpu_count()} cores, load average {load_before} before / {os.getloadavg()[0]:.1f} after"
         + (f"; settings {args.service_settings}" if args.service_settings else "")
         + (f"; variant {args.variant}" if args.variant else "")
+        + (f"; variant: the service of {args.against}" if args.against else "")
         + "\n",
         "| seconds from process start to | " + " | ".join(s.label for s in starts) + " |",
         "|---|" + "---:|" * len(starts),
@@ -448,6 +583,7 @@ def main() -> int:
         lines.append(f"| {step} | " + " | ".join(f"{s.steps.get(step, float('nan')):.1f}" for s in starts) + " |")
     lines.append("| first micro-batch took (ms) | " + " | ".join(s.first_batch_ms for s in starts) + " |")
     lines.append("| its parts (Spark's durations) | " + " | ".join(s.first_batch_parts for s in starts) + " |")
+    lines.append("| its workers (sums over its tasks) | " + " | ".join(s.first_batch_workers for s in starts) + " |")
     lines.append(
         "| starts until output (a failed start restarted at once) | "
         + " | ".join(str(s.attempts) for s in starts)
@@ -469,6 +605,7 @@ def main() -> int:
                 f"\nrestart to first changelog record ({name}): median {statistics.median(firsts):.1f} s "
                 f"(each: {', '.join(f'{x:.1f}' for x in firsts)})"
             )
+    lines += cpu_table(starts)
     lines += memory_table(starts)
     lines.append(f"\noutput after the restarts: {check}")
     report(lines, args.out)

@@ -193,6 +193,7 @@ def task_config(settings: Settings, key_schema_id: int | None = None, value_sche
         state_cache_tasks=settings.state_cache_tasks,
         memory_limit=size_bytes(settings.memory_limit),
         state_snapshot_every=settings.state_snapshot_every,
+        state_snapshot_records=settings.state_snapshot_records,
         owners=secrets.token_hex(16) if settings.task_owners and settings.state_cache else "",
         sink=settings.sink,
         batch_produce=settings.batch_produce,

@@ -534,6 +534,14 @@ class Settings:
         "with state_cache off every batch replays the log, so keep N small there)",
         "N",
     )
+    state_snapshot_records: int = _s(
+        100_000,
+        _int(0),
+        "write a task's key buckets sooner than state_snapshot_every once its log since the last snapshot would "
+        "hold more than N input records: bounds what a restart replays per task (large micro-batches, e.g. "
+        "while a backlog is read, otherwise make it state_snapshot_every - 1 whole batches); 0: no bound",
+        "N",
+    )
     state_cache: bool = _s(
         True,
         _bool,

@@ -36,24 +36,19 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from service.checkpoint_access import checkpoint_balance_tasks, checkpoint_state_partitions
 from service.spark import classdata, compat, driver_jvm, slots
+from service.spark.processor import WindowTaskProcessor
 from service.spark_kafka_options import sink_options, source_options
 from service.task.config import TaskConfig
-from service.task.runner import TaskBatch, TaskOutput
-from service.task.state import TaskState
 from service.task.stats import STATS, STATS_FIELDS, TASK_BATCHES
-from service.worker import owners
-from service.worker.run import run_batch
 
 if TYPE_CHECKING:  # pyspark and pandas are imported where they run, so that this module loads without them
-    import pandas as pd
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
-    from pyspark.sql.types import StructType
 
 __all__ = [
     "OUTPUT_SCHEMA",
@@ -86,128 +81,6 @@ OUTPUT_SCHEMA = (
 STATS_INDEX = {name: i for i, name in enumerate(STATS_FIELDS)}
 
 OBSERVATION = "slidingwindow"
-
-# ------------------------------------------------------------------------------------------------ the processor
-try:
-    from pyspark.sql.streaming import StatefulProcessor as _StatefulProcessorBase
-except ImportError:  # pragma: no cover - pyspark is part of the service extra
-    _StatefulProcessorBase = object  # type: ignore[assignment,misc]
-
-
-class _SparkTaskState(TaskState):
-    """:class:`TaskState` over the processor's ValueState ("task") and MapState ("buckets")."""
-
-    def __init__(self, task_state: Any, buckets_state: Any) -> None:
-        self._task = task_state
-        self._buckets = buckets_state
-
-    def get_task(self) -> tuple[bytes, str, int] | None:
-        row = self._task.get()
-        return None if row is None else (bytes(row[0]), str(row[1]), int(row[2]))
-
-    def set_task(self, meta: bytes, token: str, buckets: int) -> None:
-        self._task.update((meta, token, buckets))
-
-    def get_bucket(self, bucket: int) -> bytes | None:
-        row = self._buckets.getValue((bucket,))
-        return None if row is None else bytes(row[0])
-
-    def put_bucket(self, bucket: int, data: bytes) -> None:
-        self._buckets.updateValue((bucket,), (data,))
-
-    def delete_bucket(self, bucket: int) -> None:
-        self._buckets.removeKey((bucket,))
-
-
-def _state_schemas() -> tuple[StructType, StructType, StructType]:
-    """The processor's state schemas: the task record (ValueState "task"), the bucket key and the bucket blob
-    (MapState "buckets")."""
-    from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
-
-    return (
-        StructType(
-            [
-                StructField("meta", BinaryType()),
-                StructField("token", StringType()),
-                StructField("buckets", IntegerType()),
-            ]
-        ),
-        StructType([StructField("b", IntegerType())]),
-        StructType([StructField("data", BinaryType())]),
-    )
-
-
-class WindowTaskProcessor(_StatefulProcessorBase):
-    """``transformWithStateInPandas`` processor: one grouping key = one input partition (topic, partition)."""
-
-    def __init__(self, config: TaskConfig) -> None:
-        self.config = config
-
-    def init(self, handle: Any) -> None:
-        # StructType schemas: a DDL string would be parsed by a JVM round trip per state, task and micro-batch
-        task_schema, bucket_key_schema, bucket_schema = _state_schemas()
-        self.task_state = handle.getValueState("task", task_schema)
-        self.buckets_state = handle.getMapState("buckets", bucket_key_schema, bucket_schema)
-
-    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
-        import pandas as pd
-
-        topic, partition = key[0], int(key[1])
-        frames = [f for f in rows if len(f)]
-        if not frames:
-            return
-        pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-        offsets = pdf["offset"].to_numpy()
-        if len(offsets) > 1 and not (offsets[1:] > offsets[:-1]).all():
-            pdf = pdf.sort_values("offset", kind="stable")
-            offsets = pdf["offset"].to_numpy()
-
-        state = _SparkTaskState(self.task_state, self.buckets_state)
-        batch = TaskBatch(
-            topic, partition, offsets.tolist(), pdf["key"].tolist(), pdf["value"].tolist(), pdf["ts"].tolist()
-        )
-        out, forwarded = owners.run(run_batch, self.config, state, batch)
-        s = out.stats
-        s["task_forwarded"] = int(forwarded)
-        if self.config.sink != "direct" and len(out):
-            yield _rows_frame(out)
-        yield pd.DataFrame(
-            {
-                "kind": ["stats"],
-                "topic": [None],
-                "key": [None],
-                "value": [None],
-                "headers": [None],
-                "task_topic": [topic],
-                "task_partition": [partition],
-                "stats": [[int(s[name]) for name in STATS_FIELDS]],
-            }
-        )
-
-    def close(self) -> None:
-        pass
-
-
-def _rows_frame(out: TaskOutput) -> pd.DataFrame:
-    """The output rows of a task batch as a frame of :data:`OUTPUT_SCHEMA` (for Spark's Kafka sink)."""
-    import numpy as np
-    import pandas as pd
-
-    n = len(out)
-    kind, topic, key, value, hdrs = out.columns()
-    headers = [None if h is None else [{"key": hk, "value": hv} for hk, hv in h] for h in hdrs]
-    nulls = pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
-    rows: dict[str, Any] = {
-        "kind": kind,
-        "topic": topic,
-        "key": key,
-        "value": value,
-        "headers": headers,
-        "task_topic": pd.Series([None] * n, dtype=object),
-        "task_partition": nulls,
-        "stats": pd.Series([None] * n, dtype=object),
-    }
-    return pd.DataFrame(rows)
 
 
 # ------------------------------------------------------------------------------------------------ Spark wiring

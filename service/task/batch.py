@@ -36,15 +36,19 @@ TaskKey = tuple[TaskConfig, str, int]
 
 
 class CachedTask:
-    """A task's processor kept in a Python worker between micro-batches, valid while ``token`` matches."""
+    """A task's processor kept in a Python worker between micro-batches, valid while ``token`` matches;
+    ``logged``: the input records in the log entries of the token's generation (what a restore would replay)."""
 
-    __slots__ = ("token", "proc", "source", "runner")
+    __slots__ = ("token", "proc", "source", "runner", "logged")
 
-    def __init__(self, token: str, proc: TaskProcessor, source: BucketSource, runner: TaskRunner) -> None:
+    def __init__(
+        self, token: str, proc: TaskProcessor, source: BucketSource, runner: TaskRunner, logged: int = 0
+    ) -> None:
         self.token = token
         self.proc = proc
         self.source = source
         self.runner = runner
+        self.logged = logged
 
 
 class TaskCache(Protocol):
@@ -71,7 +75,8 @@ def process_task_batch(
     worker's cached processor when the token matches; the cached processor plus the log entries it has not
     seen when it is behind; else the snapshot - task meta now, key buckets lazily - plus the whole log),
     process the records (offset order), expire, and write either a snapshot (every ``state_snapshot_every``-th
-    batch: the changed buckets, the meta, the log deleted) or one log entry, with a new token (:class:`TaskState`).
+    batch, or sooner once the log would hold more than ``state_snapshot_records`` input records: the changed
+    buckets, the meta, the log deleted) or one log entry, with a new token (:class:`TaskState`).
 
     ``on_output`` is called with the output rows as soon as they are made, before the state is written (the
     direct sink hands them to its producer there, so they travel while the state is written); its time is
@@ -96,10 +101,11 @@ def process_task_batch(
     source: BucketSource | None = None
     plan: list[tuple[int, int]] = []  # log entries (parity, i) to replay
     first: tuple[str, Decoded] | None = None
+    logged = 0  # input records in the log entries of the current generation
     if cached is not None and keep is not None and task is not None:
         if cached.token == token:
             hit = True
-            proc, source = cached.proc, cached.source
+            proc, source, logged = cached.proc, cached.source, cached.logged
         else:
             # behind? the first entry it needs must have been applied to its token
             behind = cur.catch_up(Token.parse(cached.token))
@@ -107,6 +113,8 @@ def process_task_batch(
                 first = read_log(state, *behind[0], cfg.value_fields)
                 if first[0] == cached.token:
                     proc, source, plan = cached.proc, cached.source, behind
+                    # the same generation: its entries so far are the cached count's (a new one: none yet)
+                    logged = cached.logged if behind[0][0] == cur.parity else 0
                 else:
                     first = None
     if proc is None or source is None:
@@ -116,6 +124,8 @@ def process_task_batch(
     for n, (parity, i) in enumerate(plan):
         entry = first if n == 0 and first is not None else read_log(state, parity, i, cfg.value_fields)
         runner.replay(proc, entry[1])
+        if parity == cur.parity:
+            logged += len(entry[1].keys)
     read_start = time.perf_counter_ns() - t_start  # restoring: the processor, its buckets read so far, the log
     read_in_restore = source.read_ns  # (inside read_start already)
     try:
@@ -139,10 +149,17 @@ def process_task_batch(
         changed: dict[int, dict[str, bytes | None]] = {}
         written = deleted = 0
         generation = _generation_length(cfg.state_snapshot_every, cur, batch.partition)
-        snapshot_now = task is None or cur.entries + 1 >= generation
+        assert out.decoded is not None  # TaskRunner.run sets it
+        logged += len(out.decoded.keys)  # the generation's records with this batch's entry
+        # a snapshot every state_snapshot_every-th batch, or sooner once a restore would replay more than
+        # state_snapshot_records input records: the replay after a restart stays bounded whatever the batch sizes
+        snapshot_now = (
+            task is None
+            or cur.entries + 1 >= generation
+            or (cfg.state_snapshot_records > 0 and logged > cfg.state_snapshot_records)
+        )
         # every batch after the first logs its records; a snapshot batch's entry closes its generation, so a
         # worker that is behind it still catches up through the log
-        assert out.decoded is not None  # TaskRunner.run sets it
         if task is not None:
             state.put_bucket(log_slot(cur.entries, cur.parity), encode_log(token, out.decoded, cfg.value_fields))
         if snapshot_now or meta is None:  # (no meta: a new task, whose first batch is a snapshot)
@@ -168,12 +185,13 @@ def process_task_batch(
             proc.clear_dirty_keys()
             new_token = str(cur.snapshotted())
             state.set_task(proc.export_meta(), new_token, n_buckets)
+            logged = 0
         else:  # the snapshot's meta stays; the keys stay dirty until the next snapshot writes them
             new_token = str(cur.logged())
             state.set_task(meta, new_token, n_buckets)
     finally:
         source.release()
-    dropped = keep.add(cache_key, CachedTask(new_token, proc, source, runner)) if keep is not None else 0
+    dropped = keep.add(cache_key, CachedTask(new_token, proc, source, runner, logged)) if keep is not None else 0
     loaded, read_ns = source.loaded, read_start + source.read_ns - read_in_restore
     s = out.stats
     s["windows_expired"] += proc.expired_windows - expired_before

@@ -31,6 +31,7 @@ class TaskConfig:
     state_cache_tasks: int = 64  # at most this many tasks' processors per worker (least recently used go first)
     memory_limit: int = 0  # bytes: above it the workers drop cached processors (worker.cache, worker.memory); 0: none
     state_snapshot_every: int = 16  # write the key buckets every n-th batch, a log entry of the input otherwise
+    state_snapshot_records: int = 100_000  # ... or sooner, once the log holds more input records (0: no bound)
     owners: str = ""  # run a task's batches in the worker that owns it, with this query key (worker.owners); "": off
     sink: str = "spark"  # "direct": the worker produces the output rows itself (connectors.producer)
     producer: tuple[tuple[str, Any], ...] = field(default=(), repr=False)  # the direct producer's librdkafka

@@ -54,7 +54,7 @@ MISSING_FIELD_WARN_SHARE = 0.5
 @dataclass(frozen=True)
 class TaskBatch:
     """One task's records of a micro-batch, in OFFSET ORDER, as parallel columns: what Spark's processor hands
-    the worker (:class:`service.spark.job.WindowTaskProcessor`), what a task's owner receives over its socket
+    the worker (:class:`service.spark.processor.WindowTaskProcessor`), what a task's owner receives over its socket
     (:mod:`service.worker.owners`) and what :meth:`TaskRunner.run` processes. ``emit_time_ms`` is the emit time
     of the batch's changelog rows; None: the wall clock when the batch is processed (tests fix it)."""
 

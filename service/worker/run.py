@@ -1,7 +1,7 @@
 """One task batch in a Python worker: one at a time against the worker's cache (:func:`process_task_batch`),
 its output produced by the worker itself with the direct sink (:func:`run_batch`), in one Kafka transaction with
 processing_guarantee=exactly_once (:func:`run_batch_exactly_once`). Spark's processor
-(:class:`service.spark.job.WindowTaskProcessor`) calls :func:`run_batch` through :mod:`.owners`."""
+(:class:`service.spark.processor.WindowTaskProcessor`) calls :func:`run_batch` through :mod:`.owners`."""
 
 from __future__ import annotations
 

@@ -35,8 +35,11 @@ PROJECT = Path(__file__).resolve().parents[2]
 class ServiceProcess:
     """``python -m service run <args>`` in its own process group; output goes to ``log``."""
 
-    def __init__(self, args: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, args: Sequence[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> None:
         self.args = list(args)
+        self.cwd = cwd or PROJECT  # the tree whose ``service`` runs (another revision's: bench/recovery_bench.py)
         self.log = log
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
@@ -45,7 +48,7 @@ class ServiceProcess:
         with open(self.log, "ab") as fh:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "service", "run", *self.args],
-                cwd=PROJECT,
+                cwd=self.cwd,
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 env=self.env,

@@ -656,3 +656,41 @@ def test_a_field_most_records_lack_is_one_warning_naming_it_and_counted(caplog):
     assert out.stats["missing_field_records"] == n and out.stats["dead_lettered"] == n
     dlq = [h for kind, _t, _k, _v, h in out.rows() if kind == "dlq"]
     assert len(dlq) == n and {dict(h)["error"] for h in dlq} == {b"schema-mismatch"}
+
+
+def test_state_snapshot_records_bounds_the_log_a_restore_replays():
+    """``state_snapshot_records``: a task snapshots as soon as its log since the last snapshot would hold more input
+    records than the bound, long before ``state_snapshot_every`` batches; the count is exact however the processor
+    got to the batch - kept in one worker, restored from the store (a restart), or caught up by a worker that was
+    behind - so the three take the same snapshot decisions, and the output is the unbounded run's, row for row."""
+    events = [e for e in payment_events(4000, seed=5) if e.partition == 0]
+    sizes = [100, 100, 100, 100, 60, 60, 60, 60, 60, 300, 100]
+    assert sum(sizes) <= len(events)
+    unbounded = dataclasses.replace(config("update", snapshot_every=16), state_snapshot_records=0)
+    bounded = dataclasses.replace(unbounded, state_snapshot_records=250)
+
+    def run(cfg: TaskConfig, worker_of_batch) -> tuple[list, list[int], list[int]]:
+        runner, state, rows, snapshots, replayed = TaskRunner(cfg), DictTaskState(), [], [], []
+        caches: dict[int, WorkerCache] = {}
+        lo = 0
+        for i, n in enumerate(sizes):
+            w = worker_of_batch(i)  # None: a new worker with nothing cached (a restart before every batch)
+            cache = WorkerCache() if w is None else caches.setdefault(w, WorkerCache())
+            out = run_slice(runner, state, 0, events, lo, lo + n, cache=cache)
+            rows.append(out.rows())
+            snapshots.append(out.stats["state_snapshot"])
+            replayed.append(out.stats["state_log_replayed"])
+            lo += n
+        return rows, snapshots, replayed
+
+    rows, snapshots, _ = run(bounded, lambda i: 0)
+    # the log since the snapshot with each batch: -, 100, 200, 300 > 250: a snapshot; 60 ... 240, 300: a snapshot;
+    # a batch over the bound alone is a snapshot too
+    assert snapshots == [1, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0]
+    restarts_rows, restarts_snapshots, restarts_replayed = run(bounded, lambda i: None)
+    alternating_rows, alternating_snapshots, _ = run(bounded, lambda i: i % 2)
+    assert restarts_snapshots == alternating_snapshots == snapshots
+    assert max(restarts_replayed) == 4  # the four 60-record entries (240 records) before the ninth batch
+    unbounded_rows, unbounded_snapshots, unbounded_replayed = run(unbounded, lambda i: None)
+    assert unbounded_snapshots == [1] + [0] * 10 and max(unbounded_replayed) == 9
+    assert rows == restarts_rows == alternating_rows == unbounded_rows
