@@ -461,7 +461,7 @@ def main() -> int:
 
     def service(label: str, with_variant: bool, attempt: int) -> ServiceProcess:
         settings = {**flags, **(variant if with_variant else {})}
-        argv = [x for k, v in settings.items() for x in ("--" + k.replace("_", "-"), v)]
+        argv = [f"--{k.replace('_', '-')}={v}" for k, v in settings.items()]  # '=': a value may start with '-'
         log = work / (re.sub(r"\W+", "-", label) + f"-{attempt}.log")
         return ServiceProcess(argv, log, cwd=tree if with_variant else None)
 
