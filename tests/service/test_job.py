@@ -73,3 +73,69 @@ def test_warm_python_workers_starts_workers_that_imported_the_task_code(spark, c
     assert not thread.is_alive()
     lines = [r.getMessage() for r in caplog.records if r.name == "service.spark.warmup"]
     assert len(lines) == 1 and "Python workers ready in" in lines[0], lines
+
+
+def test_the_listener_hands_over_the_progress_pyspark_would_build(spark):
+    """query_listener builds each progress from its JSON (one JVM call, service/spark/listener.py) rather than
+    pyspark's walk of the Java object: the driver must get the same progress - every field, and observed
+    metrics whose counters observed_values reads the same - and every micro-batch's."""
+    import json
+    import threading
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+    from service.spark.job import OBSERVATION, observed_values
+    from service.spark.listener import query_listener
+    from service.task.stats import STATS_FIELDS
+
+    got: list = []
+    seen = threading.Condition()
+
+    def keep(progress):
+        with seen:
+            got.append(progress)
+            seen.notify_all()
+
+    listener = query_listener(keep, lambda: None)
+    spark.streams.addListener(listener)
+    try:
+        stats = F.struct(
+            F.lit("in").alias("topic"),
+            F.col("partition"),
+            F.array(*[F.col("value") + i for i in range(len(STATS_FIELDS))]).alias("stats"),
+        )
+        src = spark.readStream.format("rate").option("rowsPerSecond", 50).option("numPartitions", 2).load()
+        frame = src.select((F.col("value") % 2).cast("int").alias("partition"), "value").observe(
+            OBSERVATION, F.collect_list(stats).alias("tasks")
+        )
+        q = frame.writeStream.format("noop").queryName("listener_test").start()
+        try:
+            with seen:
+                assert seen.wait_for(lambda: any(p.numInputRows for p in got), timeout=120)
+        finally:
+            q.stop()
+        java = q._jsq.recentProgress()
+        by_batch = {int(j.batchId()): StreamingQueryProgress.fromJObject(j) for j in java}
+    finally:
+        spark.streams.removeListener(listener)
+    with_rows = [p for p in got if p.numInputRows]
+    assert with_rows and all(p.batchId in by_batch for p in got)
+    for p in got:
+        ref = by_batch[p.batchId]
+        # the driver reads the progress's JSON (offsets, rates, durations) and these fields
+        assert json.loads(p.json) == json.loads(ref.json)
+        assert (p.id, p.runId, p.batchId, p.timestamp, p.durationMs, p.eventTime, p.numInputRows) == (
+            ref.id,
+            ref.runId,
+            ref.batchId,
+            ref.timestamp,
+            ref.durationMs,
+            ref.eventTime,
+            ref.numInputRows,
+        )
+        if OBSERVATION in ref.observedMetrics:
+            assert observed_values(p.observedMetrics[OBSERVATION]) == observed_values(ref.observedMetrics[OBSERVATION])
+    assert any(observed_values(p.observedMetrics[OBSERVATION])["tasks"] for p in with_rows)
+    # built from the JSON (not pyspark's walk of the Java object, whose nested rows are Rows, not dicts)
+    assert all(isinstance(t, dict) for p in with_rows for t in p.observedMetrics[OBSERVATION]["tasks"])
