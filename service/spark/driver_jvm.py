@@ -1,9 +1,10 @@
-"""The driver JVM's options and environment: what it logs, and how much memory it holds beyond its heap.
+"""The driver JVM's options and environment: what it logs, how much memory it holds beyond its heap, and its
+compiler.
 
 The driver JVM is the largest process of the service (with a local master it runs Spark's tasks and the RocksDB
 state store too). Its heap is ``driver_memory`` at most; the rest of its resident memory is class metadata
 (Spark loads ~20,000 classes: ~150 MiB of metaspace), compiled code, the collector's own structures and native
-allocations. The options here keep what the service controls small:
+allocations. The options here keep what the service controls small, and the compiler off the cores the micro-batches need:
 
 * **The serial collector** (``-XX:+UseSerialGC``) unless ``driver_java_options`` chooses one. G1, the JVM's
   choice on a machine with 2 cores and 2 GiB or more, keeps remembered sets and per-region structures (~50 MiB
@@ -13,6 +14,11 @@ allocations. The options here keep what the service controls small:
 * **A heap that starts small and gives back** (``-Xms64m``, ``-XX:MinHeapFreeRatio=10``,
   ``-XX:MaxHeapFreeRatio=30``): the JVM's default initial heap is 1/64 of the machine's memory, committed and
   touched by allocation before the first collection whatever the service needs.
+* **The client compiler only** (``-XX:TieredStopAtLevel=1``): the JVM's optimizing compiler (C2) spent 16-18
+  CPU-seconds of a restart's ~45 compiling, and in the first minutes of a run it keeps compiling on the cores the
+  micro-batches and the Python workers need; with C1 alone a restart used 0.81x the time and the micro-batches of
+  the next minute half the time (bench/RESULTS.md). The service's JVM work is mostly per-batch machinery that
+  C2's deeper optimization gains little on. ``driver_java_options=-XX:TieredStopAtLevel=4`` turns C2 back on.
 * **Two malloc arenas** (``MALLOC_ARENA_MAX=2`` in the environment of the JVM and the Python processes it
   starts, unless set): glibc gives each thread that allocates concurrently an arena of its own, up to 8 per core;
   the JVM's ~100 threads (Kafka clients, RocksDB, Netty, the Python runners) would each keep freed memory in
@@ -33,8 +39,8 @@ from collections.abc import MutableMapping
 
 __all__ = ["FOOTPRINT_OPTIONS", "MALLOC_ARENAS", "java_options", "set_malloc_arenas"]
 
-#: the heap's sizing for a small footprint (see the module's docstring)
-FOOTPRINT_OPTIONS = ("-Xms64m", "-XX:MinHeapFreeRatio=10", "-XX:MaxHeapFreeRatio=30")
+#: the heap's sizing for a small footprint, and the client compiler only (see the module's docstring)
+FOOTPRINT_OPTIONS = ("-Xms64m", "-XX:MinHeapFreeRatio=10", "-XX:MaxHeapFreeRatio=30", "-XX:TieredStopAtLevel=1")
 #: glibc malloc arenas of the driver JVM and the processes it starts
 MALLOC_ARENAS = "2"
 
