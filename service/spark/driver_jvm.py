@@ -4,7 +4,8 @@ compiler.
 The driver JVM is the largest process of the service (with a local master it runs Spark's tasks and the RocksDB
 state store too). Its heap is ``driver_memory`` at most; the rest of its resident memory is class metadata
 (Spark loads ~20,000 classes: ~150 MiB of metaspace), compiled code, the collector's own structures and native
-allocations. The options here keep what the service controls small, and the compiler off the cores the micro-batches need:
+allocations. The options here keep what the service controls small, and the compiler off the cores the
+micro-batches need:
 
 * **The serial collector** (``-XX:+UseSerialGC``) unless ``driver_java_options`` chooses one. G1, the JVM's
   choice on a machine with 2 cores and 2 GiB or more, keeps remembered sets and per-region structures (~50 MiB
