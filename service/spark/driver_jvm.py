@@ -1,11 +1,9 @@
-"""The driver JVM's options and environment: what it logs, how much memory it holds beyond its heap, and its
-compiler.
+"""The driver JVM's options and environment: what it logs, and how much memory it holds beyond its heap.
 
 The driver JVM is the largest process of the service (with a local master it runs Spark's tasks and the RocksDB
 state store too). Its heap is ``driver_memory`` at most; the rest of its resident memory is class metadata
 (Spark loads ~20,000 classes: ~150 MiB of metaspace), compiled code, the collector's own structures and native
-allocations. The options here keep what the service controls small, and the compiler off the cores the
-micro-batches need:
+allocations. The options here keep what the service controls small:
 
 * **The serial collector** (``-XX:+UseSerialGC``) unless ``driver_java_options`` chooses one. G1, the JVM's
   choice on a machine with 2 cores and 2 GiB or more, keeps remembered sets and per-region structures (~50 MiB
@@ -15,11 +13,6 @@ micro-batches need:
 * **A heap that starts small and gives back** (``-Xms64m``, ``-XX:MinHeapFreeRatio=10``,
   ``-XX:MaxHeapFreeRatio=30``): the JVM's default initial heap is 1/64 of the machine's memory, committed and
   touched by allocation before the first collection whatever the service needs.
-* **The client compiler only** (``-XX:TieredStopAtLevel=1``): the JVM's optimizing compiler (C2) spent 16-18
-  CPU-seconds of a restart's ~45 compiling, and in the first minutes of a run it keeps compiling on the cores the
-  micro-batches and the Python workers need; with C1 alone a restart used 0.81x the time and the micro-batches of
-  the next minute half the time (bench/RESULTS.md). The service's JVM work is mostly per-batch machinery that
-  C2's deeper optimization gains little on. ``driver_java_options=-XX:TieredStopAtLevel=4`` turns C2 back on.
 * **Two malloc arenas** (``MALLOC_ARENA_MAX=2`` in the environment of the JVM and the Python processes it
   starts, unless set): glibc gives each thread that allocates concurrently an arena of its own, up to 8 per core;
   the JVM's ~100 threads (Kafka clients, RocksDB, Netty, the Python runners) would each keep freed memory in
@@ -27,8 +20,13 @@ micro-batches need:
 
 ``driver_java_options`` (a setting) comes last, so any option there overrides these (the JVM takes the last of
 two values); a collector chosen there replaces the serial one (two collectors are an error to the JVM).
-Measured in ``bench/side_by_side.py`` (per-process peak memory) and ``bench/batch_phases.py`` (latency, with
-``driver_java_options=-XX:+UseG1GC`` as the other configuration): bench/RESULTS.md.
+
+The JIT compilers stay the JVM's (tiered): the client compiler alone (``-XX:TieredStopAtLevel=1`` in
+``driver_java_options``) made a restart 0.81x and the first minute's micro-batches faster, but after a longer
+warm-up the optimizing compiler's code was faster at 1,000 records/s (bench/HISTORY.md); a deployment that values
+restarts over the steady state can choose it. Measured in ``bench/side_by_side.py`` (per-process peak memory)
+and ``bench/batch_phases.py`` (latency, with ``driver_java_options=-XX:+UseG1GC`` as the other configuration):
+bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -40,8 +38,8 @@ from collections.abc import MutableMapping
 
 __all__ = ["FOOTPRINT_OPTIONS", "MALLOC_ARENAS", "java_options", "set_malloc_arenas"]
 
-#: the heap's sizing for a small footprint, and the client compiler only (see the module's docstring)
-FOOTPRINT_OPTIONS = ("-Xms64m", "-XX:MinHeapFreeRatio=10", "-XX:MaxHeapFreeRatio=30", "-XX:TieredStopAtLevel=1")
+#: the heap's sizing for a small footprint (see the module's docstring)
+FOOTPRINT_OPTIONS = ("-Xms64m", "-XX:MinHeapFreeRatio=10", "-XX:MaxHeapFreeRatio=30")
 #: glibc malloc arenas of the driver JVM and the processes it starts
 MALLOC_ARENAS = "2"
 
