@@ -175,11 +175,6 @@ def tree_memory(root_pid: int, pss: bool = False) -> list[tuple[str, int, int]]:
     return out
 
 
-def tree_rss_bytes(root_pid: int) -> int:
-    """The sum of VmRSS over the process and its descendants."""
-    return sum(rss for _, rss, _ in tree_memory(root_pid))
-
-
 class Proc:
     """A system under test: started in its own session, reports ``consumed N`` lines, RSS sampled."""
 

@@ -151,28 +151,31 @@ MIN_DRIVER_MEMORY_MIB = 512
 MAX_DRIVER_MEMORY_MIB = 1024 * 1024
 
 
-def _driver_memory(text: str) -> str:
+def _size_parts(text: str) -> tuple[int, str]:
+    """A size as the settings write it (``512m``, ``2g``, a number of MiB): its number and unit (lower case)."""
     m = _SIZE_RE.match(str(text))
     if not m:
         raise ValueError(f"expected a size such as 512m, 2g or a number of MiB, got {text!r}")
-    mib = int(m.group(1)) * _SIZE_MIB[m.group(2).lower()]
-    if not MIN_DRIVER_MEMORY_MIB <= mib <= MAX_DRIVER_MEMORY_MIB:
-        raise ValueError(
-            f"must be between {MIN_DRIVER_MEMORY_MIB}m and 1t (Spark needs 450 MiB at least), got {text!r}"
-        )
-    return f"{int(m.group(1))}{m.group(2).lower() or 'm'}"
-
-
-#: the smallest memory_limit accepted: below it the driver JVM alone would be over it
-MIN_MEMORY_LIMIT_MIB = 768
+    return int(m.group(1)), m.group(2).lower()
 
 
 def size_bytes(text: str) -> int:
     """Bytes of a size as the settings write it (``512m``, ``2g``, a number of MiB; ``0``: 0)."""
-    m = _SIZE_RE.match(str(text))
-    if not m:
-        raise ValueError(f"expected a size such as 1500m, 2g or a number of MiB, got {text!r}")
-    return int(int(m.group(1)) * _SIZE_MIB[m.group(2).lower()] * 2**20)
+    number, unit = _size_parts(text)
+    return int(number * _SIZE_MIB[unit] * 2**20)
+
+
+def _driver_memory(text: str) -> str:
+    number, unit = _size_parts(text)
+    if not MIN_DRIVER_MEMORY_MIB <= number * _SIZE_MIB[unit] <= MAX_DRIVER_MEMORY_MIB:
+        raise ValueError(
+            f"must be between {MIN_DRIVER_MEMORY_MIB}m and 1t (Spark needs 450 MiB at least), got {text!r}"
+        )
+    return f"{number}{unit or 'm'}"
+
+
+#: the smallest memory_limit accepted: below it the driver JVM alone would be over it
+MIN_MEMORY_LIMIT_MIB = 768
 
 
 def _memory_limit(text: str) -> str:
