@@ -345,6 +345,22 @@ def test_side_by_side_applies_service_and_spark_settings() -> None:
         sbs.with_overrides(Settings(), "trigger_interval")
 
 
+def test_side_by_side_drain_rate_leaves_out_the_first_report_with_its_records() -> None:
+    """records/s from the ``consumed`` timeline: a micro-batch system's first batch (start-up included) counts
+    neither its time nor its records; a single report covering the whole backlog gives no rate."""
+    sbs = _bench_module("side_by_side")
+    # batches of 100 records: the first ends at 10 s (start-up), then one per second
+    spark = [(10.0, 100), (11.0, 200), (12.0, 300), (13.0, 400)]
+    assert sbs.drain_rate(spark, 400) == pytest.approx(100.0)
+    # a record-at-a-time system reporting every 0.25 s at 400 records/s
+    streams = [(5.0 + i * 0.25, 100 * (i + 1)) for i in range(8)]
+    assert sbs.drain_rate(streams, 800) == pytest.approx(400.0)
+    assert sbs.drain_rate([(10.0, 400)], 400) is None
+    assert sbs.drain_rate([(10.0, 100), (11.0, 200)], 400) is None  # not drained
+    r = sbs.measure("service", [(1_000, 5), (3_000, 7)], 400, 10_000, spark)
+    assert r["rec_per_s"] == pytest.approx(100.0) and r["rec_per_s_outputs"] == pytest.approx(200.0)
+
+
 @pytest.mark.integration
 def test_recovery_bench_times_a_fresh_start_and_a_restart_and_checks_the_output() -> None:
     """A tiny run of the recovery bench (its own broker): a fresh start, one SIGKILL and restart; every step of
