@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from service.checkpoint_access import checkpoint_balance_tasks, checkpoint_state_partitions
 from service.spark import classdata, compat, driver_jvm, slots
+from service.spark.driver_imports import versions_from_metadata
 from service.spark.processor import WindowTaskProcessor
 from service.spark_kafka_options import sink_options, source_options
 from service.task.config import TaskConfig
@@ -258,12 +259,13 @@ def source_frame(spark: Any, settings: Any) -> DataFrame:
 def windowed_frame(source: Any, config: TaskConfig) -> DataFrame:
     """Apply the per-partition window processor; output rows per :data:`OUTPUT_SCHEMA`."""
     keys = ["topic", "partition"] + (["slot"] if "slot" in source.columns else [])
-    return source.groupBy(*keys).transformWithStateInPandas(
-        statefulProcessor=WindowTaskProcessor(config),
-        outputStructType=OUTPUT_SCHEMA,
-        outputMode="Append",
-        timeMode="None",
-    )
+    with versions_from_metadata():  # pandas and pyarrow stay out of the driver
+        return source.groupBy(*keys).transformWithStateInPandas(
+            statefulProcessor=WindowTaskProcessor(config),
+            outputStructType=OUTPUT_SCHEMA,
+            outputMode="Append",
+            timeMode="None",
+        )
 
 
 def observed_columns() -> list[Column]:

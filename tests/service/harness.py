@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,6 +89,29 @@ class ServiceProcess:
         except ProcessLookupError:
             pass
         return self.proc.returncode
+
+    def processes(self) -> dict[int, str]:
+        """pid -> mapped file paths (``/proc/PID/maps``) of the driver and every process below it (its JVM, the
+        Python daemon and workers): what each one has loaded."""
+        assert self.proc is not None
+        children: dict[int, list[int]] = {}
+        for entry in Path("/proc").iterdir():
+            try:
+                stat = (entry / "stat").read_text()
+            except (OSError, ValueError):
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+        out: dict[int, str] = {}
+        todo = [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            try:
+                out[pid] = Path(f"/proc/{pid}/maps").read_text()
+            except OSError:
+                continue
+            todo.extend(children.get(pid, []))
+        return out
 
     def tail(self, lines: int = 60) -> str:
         try:
@@ -245,12 +268,21 @@ def wait_until_committed(
     )
 
 
-def run_until_committed(args: Sequence[str], log: Path, checkpoint: Path, topic: str, ends: dict[int, int]) -> int:
-    """Run the service with ``args`` until it committed a micro-batch that reached ``ends`` of ``topic``, stop it
-    (it must exit 0); the id of that micro-batch."""
+def run_until_committed(
+    args: Sequence[str],
+    log: Path,
+    checkpoint: Path,
+    topic: str,
+    ends: dict[int, int],
+    while_running: Callable[[ServiceProcess], None] | None = None,
+) -> int:
+    """Run the service with ``args`` until it committed a micro-batch that reached ``ends`` of ``topic``, call
+    ``while_running`` (the service still up), stop it (it must exit 0); the id of that micro-batch."""
     svc = ServiceProcess(args, log).start()
     try:
         batch = wait_until_committed(checkpoint, topic, ends, svc)
+        if while_running is not None:
+            while_running(svc)
     finally:
         rc = svc.stop()
     assert rc == 0, svc.tail()

@@ -94,9 +94,9 @@ def check_late_and_dead(bootstrap, topics, exp, events):
     return late, dead
 
 
-def run_json_update(bootstrap, topics, tmp_path, n_events, seed, *extra):
+def run_json_update(bootstrap, topics, tmp_path, n_events, seed, *extra, while_running=None):
     """Kafka key + Kafka timestamp, JSON in and out, emit update, several micro-batches per partition: every
-    output topic equals the replay."""
+    output topic equals the replay. ``while_running``: called with the service once it has committed the input."""
     events = payment_events(n_events, keys=12, partitions=PARTITIONS, td=TD, grace=GRACE, seed=seed)
     notes = Counter(e.note.split(":")[0] for e in events)
     assert all(notes[n] for n in ("ooo", "late", "dup", "bad")), notes
@@ -114,7 +114,7 @@ def run_json_update(bootstrap, topics, tmp_path, n_events, seed, *extra):
         "1000",
         *extra,
     )
-    batch = run_until_committed(args, tmp_path / "service.log", ck, topics["in"], ends)
+    batch = run_until_committed(args, tmp_path / "service.log", ck, topics["in"], ends, while_running)
     assert batch >= 2  # the state crossed micro-batches
 
     exp = replay(events, td=TD, grace=GRACE, aggregations=AGGS, emit="update")
@@ -141,12 +141,31 @@ def test_end_to_end_other_sink(kafka_bootstrap, topics, tmp_path):
 def test_end_to_end_memory_limit_under_what_the_service_holds(kafka_bootstrap, topics, tmp_path):
     """``memory_limit`` below the JVM's and the Python processes' own memory: after every batch the workers drop
     every cached task (and say once that the limit is too low), so every batch restores its windows from the
-    state store - and every output topic is still the replay's."""
+    state store - and every output topic is still the replay's. And the Python driver never loads pandas
+    (service.spark.driver_imports), which the workers - its descendants - do."""
+    loaded: dict[str, list[int]] = {}
+
+    def look(svc: ServiceProcess) -> None:
+        assert svc.proc is not None
+        for pid, maps in svc.processes().items():
+            kind = "driver" if pid == svc.proc.pid else "other"
+            loaded.setdefault(kind, []).append(int("/pandas/_libs/" in maps))
+
     run_json_update(
-        kafka_bootstrap, topics, tmp_path, 1500, 505, "--memory-limit", "768m", "--max-offsets-per-trigger", "500"
+        kafka_bootstrap,
+        topics,
+        tmp_path,
+        1500,
+        505,
+        "--memory-limit",
+        "768m",
+        "--max-offsets-per-trigger",
+        "500",
+        while_running=look,
     )
     log = (tmp_path / "service.log").read_text()
     assert "over memory_limit (768 MiB)" in log
+    assert loaded["driver"] == [0] and any(loaded["other"]), loaded
 
 
 def test_end_to_end_avro_every_fields(kafka_bootstrap, topics, tmp_path):
