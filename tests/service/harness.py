@@ -96,6 +96,8 @@ class ServiceProcess:
         assert self.proc is not None
         children: dict[int, list[int]] = {}
         for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
             try:
                 stat = (entry / "stat").read_text()
             except (OSError, ValueError):
