@@ -40,8 +40,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from service.checkpoint_access import checkpoint_balance_tasks, checkpoint_state_partitions
-from service.spark import classdata, compat, driver_jvm, slots
-from service.spark.driver_imports import versions_from_metadata
+from service.spark import classdata, compat, driver_imports, driver_jvm, slots
 from service.spark.processor import WindowTaskProcessor
 from service.spark_kafka_options import sink_options, source_options
 from service.task.config import TaskConfig
@@ -124,6 +123,7 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> Spar
     archive = classdata.archive_for(settings.class_data_cache, conf.get("spark.jars", ""))
     applied = _driver_java_options(archive.java_options() if archive is not None else [], settings.driver_java_options)
     driver_jvm.set_malloc_arenas()
+    driver_imports.preload_pyspark_testing()  # before the first JVM call: pandas stays out of the driver
     gateway = _start_jvm(settings, conf)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -259,7 +259,7 @@ def source_frame(spark: Any, settings: Any) -> DataFrame:
 def windowed_frame(source: Any, config: TaskConfig) -> DataFrame:
     """Apply the per-partition window processor; output rows per :data:`OUTPUT_SCHEMA`."""
     keys = ["topic", "partition"] + (["slot"] if "slot" in source.columns else [])
-    with versions_from_metadata():  # pandas and pyarrow stay out of the driver
+    with driver_imports.versions_from_metadata():  # pandas and pyarrow stay out of the driver
         return source.groupBy(*keys).transformWithStateInPandas(
             statefulProcessor=WindowTaskProcessor(config),
             outputStructType=OUTPUT_SCHEMA,

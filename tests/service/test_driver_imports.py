@@ -35,6 +35,25 @@ def test_the_checks_pass_without_importing_pandas_or_pyarrow_and_are_restored() 
     assert run.stdout.split("\n")[:3] == ["inside False False", "restored True", "after True"], run.stdout
 
 
+_PRELOAD = """
+import sys
+import pyspark.sql.pandas.utils as u
+own = u.require_minimum_pandas_version
+from service.spark.driver_imports import preload_pyspark_testing
+preload_pyspark_testing()
+import pyspark.testing.utils as t
+print(t.have_pandas, t.have_pyarrow, t.have_numpy, "pandas" in sys.modules, u.require_minimum_pandas_version is own)
+"""
+
+
+def test_pyspark_testing_preloaded_without_pandas() -> None:
+    """What py4j's numpy converter imports on the driver's first JVM call, loaded without pandas and pyarrow; it
+    still finds both installed."""
+    run = subprocess.run([sys.executable, "-c", _PRELOAD], capture_output=True, text=True, cwd=PROJECT, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["True", "True", "True", "False", "True"], run.stdout
+
+
 def test_a_missing_distribution_gets_pysparks_own_check() -> None:
     calls: list[str] = []
     check = driver_imports.metadata_check("no-such-distribution-here", lambda: calls.append("pyspark"))
