@@ -362,7 +362,7 @@ class Settings:
         _kafka_options,
         "extra options of Spark's Kafka source only (k=v,k=v; "
         "kafka.* go to its consumer), over the service's defaults "
-        "kafka.fetch.max.wait.ms=10",
+        "kafka.fetch.max.wait.ms=10,kafka.max.poll.records=100000",
         "K=V,...",
         show=lambda v: ",".join(f"{k}={x}" for k, x in v),
     )

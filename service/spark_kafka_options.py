@@ -14,8 +14,11 @@ __all__ = ["SOURCE_DEFAULTS", "SINK_PRODUCER_DEFAULTS", "kafka_options", "source
 #: Spark Kafka source options the service sets (``source_options`` overrides them). ``fetch.max.wait.ms``: a task
 #: ends with a fetch in flight that the broker parks until new data or this timeout (500 ms by default), and the
 #: reused consumer cannot fetch again before that answer, so the next micro-batch's read of each partition waited
-#: up to 500 ms (bench/batch_overhead.py measures the source stage; figures in bench/RESULTS.md)
-SOURCE_DEFAULTS = {"kafka.fetch.max.wait.ms": "10"}
+#: up to 500 ms (bench/batch_overhead.py measures the source stage; figures in bench/RESULTS.md).
+#: ``max.poll.records``: Spark's consumer seeks before every poll and takes what one poll returns, 500 records by
+#: Kafka's default, so a large micro-batch read its partitions 500 records per round trip; what one poll can
+#: return stays bounded by the fetch's bytes (``max.partition.fetch.bytes``, 1 MiB), already in memory
+SOURCE_DEFAULTS = {"kafka.fetch.max.wait.ms": "10", "kafka.max.poll.records": "100000"}
 
 #: producer settings of Spark's Kafka sink: the direct producer's defaults (:data:`PRODUCER_DEFAULTS`) with the
 #: ``kafka.`` prefix; any of them can be overridden with the ``kafka_options`` setting
