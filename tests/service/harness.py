@@ -91,8 +91,8 @@ class ServiceProcess:
         return self.proc.returncode
 
     def processes(self) -> dict[int, str]:
-        """pid -> mapped file paths (``/proc/PID/maps``) of the driver and every process below it (its JVM, the
-        Python daemon and workers): what each one has loaded."""
+        """pid -> the text of ``/proc/PID/maps`` for the driver and every process below it (its JVM, the Python
+        daemon and workers): the files each one has mapped, its loaded libraries among them."""
         assert self.proc is not None
         children: dict[int, list[int]] = {}
         for entry in Path("/proc").iterdir():
