@@ -189,7 +189,6 @@ class Proc:
         )
         self.started = time.monotonic()
         self.consumed = 0
-        self.first_input_at = None
         #: (monotonic time, consumed) at every change of the reported count: the drain's timeline
         self.timeline: list[tuple[float, int]] = []
         self.peak_rss = 0
@@ -204,11 +203,8 @@ class Proc:
         for line in self.p.stdout:
             if line.startswith("consumed "):
                 n = int(line.split()[1])
-                now = time.monotonic()
-                if n and self.first_input_at is None:
-                    self.first_input_at = now
                 if n != self.consumed:
-                    self.timeline.append((now, n))
+                    self.timeline.append((time.monotonic(), n))
                 self.consumed = n
             else:
                 self.log.write(line)

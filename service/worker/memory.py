@@ -18,7 +18,7 @@ import ctypes
 import logging
 import os
 
-__all__ = ["service_rss_bytes", "release_freed_memory"]
+__all__ = ["children", "service_rss_bytes", "release_freed_memory"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,8 @@ def _parent(pid: int) -> int:
     return int(st[st.rindex(")") + 2 :].split()[1])
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started that are still running (``/proc/PID/task/*/children``; [] if it is gone)."""
     out: list[int] = []
     try:
         for tid in os.listdir(f"/proc/{pid}/task"):
@@ -72,7 +73,7 @@ def service_rss_bytes(worker_pid: int | None = None) -> int | None:
         driver = _parent(jvm)
     except (OSError, ValueError, IndexError):
         return None
-    total = _rss(jvm) + _rss(daemon) + sum(_rss(w) for w in _children(daemon))
+    total = _rss(jvm) + _rss(daemon) + sum(_rss(w) for w in children(daemon))
     if _command(driver).startswith("python"):
         total += _rss(driver)
     return total

@@ -93,17 +93,9 @@ class ServiceProcess:
     def processes(self) -> dict[int, str]:
         """pid -> the text of ``/proc/PID/maps`` for the driver and every process below it (its JVM, the Python
         daemon and workers): the files each one has mapped, its loaded libraries among them."""
+        from service.worker.memory import children
+
         assert self.proc is not None
-        children: dict[int, list[int]] = {}
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-            except (OSError, ValueError):
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
         out: dict[int, str] = {}
         todo = [self.proc.pid]
         while todo:
@@ -112,7 +104,7 @@ class ServiceProcess:
                 out[pid] = Path(f"/proc/{pid}/maps").read_text()
             except OSError:
                 continue
-            todo.extend(children.get(pid, []))
+            todo.extend(children(pid))
         return out
 
     def tail(self, lines: int = 60) -> str:
