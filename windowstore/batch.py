@@ -56,6 +56,7 @@ import numpy as np
 
 from .aggregations import Composite
 from .cache import replace, seal, sealed
+from .column_blocks import ColumnBlocks
 from .columns import (
     Cols,
     KeyIds,
@@ -415,9 +416,10 @@ def _flush_order(group: np.ndarray, early: np.ndarray) -> np.ndarray:
     return order
 
 
-def _store(kws: list[KeyWindows], res: _Written, bound: int) -> int:
-    """Store the recomputed suffixes into every key and drop what is below the purge ``bound``; returns how
-    many windows were dropped."""
+def _store(keys: list[Hashable], kws: list[KeyWindows], res: _Written, bound: int, blocks: ColumnBlocks) -> int:
+    """Store the recomputed suffixes into every key (``kws[i]``: the windows of ``keys[i]``) and drop what is
+    below the purge ``bound``; returns how many windows were dropped. The keys get slices of two new matrices,
+    which ``blocks`` tracks (:mod:`.column_blocks`)."""
     offs = np.arange(len(kws), dtype=_I64) << _SHIFT
     # the suffixes of all keys as matrices (see Cols.stacked, raw_matrix)
     W = np.stack([res.starts & _LOCAL, res.ts, res.counts, *bit_rows(res.parts)])
@@ -429,6 +431,8 @@ def _store(kws: list[KeyWindows], res: _Written, bound: int) -> int:
     for kw, a, b, ra, rb in zip(kws, win_off, win_off[1:], raw_off, raw_off[1:]):
         kw.cols = Cols.of(win[:, a:b], kinds)
         set_raw(kw, raw[:, ra:rb], raw_kinds)
+    blocks.stored(win, keys, kws, raw=False)
+    blocks.stored(raw, keys, kws, raw=True)
     return dropped
 
 
@@ -687,7 +691,8 @@ def process_columns(
         if top >= 0 and top > kms.get(key, -1):
             kms[key] = top
     store.dirty.update(batch_keys)
-    m = _store(kws, res, store.purge_bound())
+    m = _store(batch_keys, kws, res, store.purge_bound(), state.blocks)
+    state.blocks.look(store.keys)
     store.expired += m
     store.size -= m
     if state.is_close:

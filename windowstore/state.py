@@ -44,6 +44,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .aggregations import Aggregation, Composite, Count, Sum
+from .column_blocks import ColumnBlocks
 from .columns import ColumnCodec, Plan, batch_plan
 from .pending import PendingWindows
 from .store import NO_TIMESTAMP, KeyWindows, Visibility, WindowStore
@@ -150,6 +151,8 @@ class EngineState:
             purge_slack_ms=self.td,  # update mode: a key's purge drops ~td of windows at once
             columnar=None if plan is None else ColumnCodec(plan, isinstance(aggregation, Composite)),
         )
+        #: the batch path's stored matrices and the keys holding slices of them (windowstore/column_blocks.py)
+        self.blocks = ColumnBlocks()
         # -- stream time
         self.observed_stream_time = NO_TIMESTAMP
         self.last_emit_close_time = NO_TIMESTAMP
