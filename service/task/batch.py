@@ -174,11 +174,13 @@ def process_task_batch(
                     else:
                         data[k] = blob
                 if data:
-                    state.put_bucket(b, encode_bucket(data))
+                    packed = encode_bucket(data)
+                    state.put_bucket(b, packed)
+                    source.written(b, packed)
                     written += 1
                 else:
                     state.delete_bucket(b)
-                    source.buckets.pop(b, None)
+                    source.written(b, None)
                     deleted += 1
             for i in range(cur.previous_entries):  # the generation before this one's
                 state.delete_bucket(log_slot(i, 1 - cur.parity))

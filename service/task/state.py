@@ -236,14 +236,23 @@ class BucketSource:
 
     A processor kept in the worker cache outlives the micro-batch (and Spark's state handles) it was created
     in, so the source is re-pointed at each micro-batch's :class:`TaskState` (:meth:`bind`); a stale handle is
-    never used."""
+    never used.
 
-    __slots__ = ("state", "n_buckets", "buckets", "loaded", "read_ns")
+    Between micro-batches it keeps each bucket as stored (:attr:`packed`: the compressed bytes it read or
+    wrote), not decoded: once a key is loaded its windows live in the processor, and the decoded blobs of every
+    key (as large as the windows themselves, several times their compressed size) would hold the task's state
+    twice. A bucket is decoded when it is next needed - a key loaded from it, or a snapshot rewriting it - and
+    the decoded form is dropped at the end of the micro-batch (:meth:`release`)."""
+
+    __slots__ = ("state", "n_buckets", "buckets", "packed", "loaded", "read_ns")
 
     def __init__(self, n_buckets: int) -> None:
         self.state: TaskState | None = None
         self.n_buckets = n_buckets
+        #: the buckets decoded in this micro-batch
         self.buckets: dict[int, dict[str, bytes]] = {}
+        #: every bucket read or written so far, as stored (None: it has no key)
+        self.packed: dict[int, bytes | None] = {}
         self.loaded = 0
         self.read_ns = 0
 
@@ -254,17 +263,26 @@ class BucketSource:
 
     def release(self) -> None:
         self.state = None
+        self.buckets.clear()
 
     def bucket(self, b: int) -> dict[str, bytes]:
+        """Bucket ``b``'s key -> blob, for this micro-batch (changes to it are the caller's to write)."""
         data = self.buckets.get(b)
         if data is None:
-            if self.state is None:
-                raise RuntimeError("state read outside of a micro-batch")
             t = time.perf_counter_ns()
-            self.loaded += 1
-            data = self.buckets[b] = decode_bucket(self.state.get_bucket(b))
+            if b not in self.packed:
+                if self.state is None:
+                    raise RuntimeError("state read outside of a micro-batch")
+                self.loaded += 1
+                self.packed[b] = self.state.get_bucket(b)
+            data = self.buckets[b] = decode_bucket(self.packed[b])
             self.read_ns += time.perf_counter_ns() - t
         return data
+
+    def written(self, b: int, packed: bytes | None) -> None:
+        """Bucket ``b`` is now ``packed`` in the state (None: deleted)."""
+        self.packed[b] = packed
+        self.buckets.pop(b, None)
 
     def __call__(self, key: Any) -> bytes | None:
         return self.bucket(bucket_of(key, self.n_buckets)).get(key)

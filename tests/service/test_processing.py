@@ -694,3 +694,25 @@ def test_state_snapshot_records_bounds_the_log_a_restore_replays():
     unbounded_rows, unbounded_snapshots, unbounded_replayed = run(unbounded, lambda i: None)
     assert unbounded_snapshots == [1] + [0] * 10 and max(unbounded_replayed) == 9
     assert rows == restarts_rows == alternating_rows == unbounded_rows
+
+
+def test_a_cached_task_keeps_its_buckets_as_stored_not_decoded():
+    """Between micro-batches a cached task holds each bucket as the state has it (compressed), not its
+    decoded blobs: the windows live in the processor, and decoded blobs would hold them twice. Its buckets are
+    read from the state once, and the output is the replay's."""
+    events = payment_events(1600, keys=40, partitions=1, seed=61, bad_fraction=0, late_fraction=0.02)
+    cfg = config("update", buckets=8, snapshot_every=3)
+    runner, state, cache = TaskRunner(cfg), DictTaskState(), WorkerCache()
+    rows, loaded = [], 0
+    for lo in range(0, len(events), 100):
+        out = run_slice(runner, state, 0, events, lo, lo + 100, cache=cache)
+        rows += [(k, v) for kind, _t, k, v, _h in out.rows() if kind == "changelog"]
+        loaded += out.stats["state_buckets_loaded"]
+        entry = cache.take((cfg, "in", 0))
+        assert entry is not None
+        assert entry.source.buckets == {}
+        assert entry.source.packed == {b: state.buckets.get(b) for b in entry.source.packed}
+        cache.add((cfg, "in", 0), entry)
+    assert loaded <= 8
+    exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit="update")
+    assert changelog_final(rows) == exp.final
