@@ -12,9 +12,11 @@ milliseconds per batch: all of it, and the window engine's part (``SlidingWindow
 
 With ``--against REV`` the same runs are made in a temporary git worktree of that revision, alternating with
 this tree's, each in a fresh process, and the table gives both and their ratio (best round of each). With
-``--keep-memory`` this tree also runs after ``service.spark.python_daemon.keep_memory()``, the memory policy Spark's
-Python workers get from the daemon before they fork (this process is not forked from it: without the flag it
-runs with the allocators' defaults).
+``--keep-memory`` this tree (and the revision) also runs after ``service.spark.python_daemon.keep_memory()``, the
+memory policy Spark's Python workers get from the daemon before they fork (this process is not forked from it:
+without the flag it runs with the allocators' defaults). Each row also gives the process's peak resident memory
+(``VmHWM``: its imports, the windows, the state's buckets and the batches' working set), the smallest of its
+rounds.
 
 ``--window tumbling|hopping|session`` runs one task of ``bench/side_by_side.py --window`` instead (issue 31): its
 topic has 10,000 keys over 2 partitions and 20,000 records per micro-batch, so one task gets 5,000 keys and 10,000
@@ -157,7 +159,14 @@ def measure(fill: int, batches: int, window: str = "sliding", profile: str = "")
     if prof is not None:
         prof.disable()
         prof.dump_stats(profile)
-    return {"ms": total / batches * 1e3, "engine_ms": engine[0] / batches * 1e3, "rows": rows / batches}
+    with open("/proc/self/status") as status:
+        hwm = next((int(line.split()[1]) for line in status if line.startswith("VmHWM:")), 0)
+    return {
+        "ms": total / batches * 1e3,
+        "engine_ms": engine[0] / batches * 1e3,
+        "rows": rows / batches,
+        "peak_mib": hwm / 1024,
+    }
 
 
 def run_in(
@@ -202,7 +211,10 @@ def main() -> int:
         if args.against:
             from revision_tree import revision_tree
 
-            trees[args.against] = (stack.enter_context(revision_tree(args.against, "task-batch-bench-")), False)
+            rev = stack.enter_context(revision_tree(args.against, "task-batch-bench-"))
+            trees[args.against] = (rev, False)
+            if args.keep_memory:
+                trees[f"{args.against} + keep_memory"] = (rev, True)
         best: dict[str, dict[str, float]] = {}
         for r in range(args.rounds):
             for name, (tree, keep) in trees.items():
@@ -214,24 +226,27 @@ def main() -> int:
                     flush=True,
                 )
                 if name not in best or got["ms"] < best[name]["ms"]:
-                    best[name] = got
+                    best[name] = got | {"peak_mib": min(got["peak_mib"], best.get(name, got)["peak_mib"])}
+                else:
+                    best[name]["peak_mib"] = min(got["peak_mib"], best[name]["peak_mib"])
     shape = (
         f"{KEYS} keys, {PER_BATCH} records per batch, windows full"
         if args.window == "sliding"
         else f"{args.window}: {SBS_KEYS} keys, {SBS_PER_BATCH} records per batch (one task of side_by_side.py)"
     )
     print(f"\n{shape}; CPU per batch, best of {args.rounds}\n")
-    print("| tree | ms per batch | window engine ms | changelog rows per batch |")
-    print("|---|---:|---:|---:|")
+    print("| tree | ms per batch | window engine ms | changelog rows per batch | peak RSS MiB |")
+    print("|---|---:|---:|---:|---:|")
     for name, got in best.items():
-        print(f"| {name} | {got['ms']:.1f} | {got['engine_ms']:.1f} | {got['rows']:.0f} |")
+        print(f"| {name} | {got['ms']:.1f} | {got['engine_ms']:.1f} | {got['rows']:.0f} | {got['peak_mib']:.0f} |")
     pairs = [(n, "this tree") for n in best if n.startswith("this tree +")]
     pairs += [("this tree", args.against)] if args.against else []
+    pairs += [("this tree + keep_memory", f"{args.against} + keep_memory")] if args.against and args.keep_memory else []
     for a_name, b_name in pairs:
         a, b = best[a_name], best[b_name]
         print(
             f"\n{a_name} / {b_name}: {a['ms'] / b['ms']:.2f} of the CPU per batch, "
-            f"window engine {a['engine_ms'] / b['engine_ms']:.2f}"
+            f"window engine {a['engine_ms'] / b['engine_ms']:.2f}, peak RSS {a['peak_mib'] / b['peak_mib']:.2f}"
         )
     return 0
 

@@ -105,8 +105,8 @@ def test_task_batch_bench_runs_a_task_of_the_window_side_by_side(window: str) ->
     assert run.returncode == 0, run.stderr
     rows = [line.split("|")[1:-1] for line in run.stdout.splitlines() if line.startswith("| this tree")]
     assert len(rows) == 1 and f"{window}: 5000 keys, 10000 records per batch" in run.stdout, run.stdout
-    _name, ms, engine_ms, changelog_rows = rows[0]
-    assert float(ms) > float(engine_ms) > 0 and int(changelog_rows) > 0, rows
+    _name, ms, engine_ms, changelog_rows, peak = rows[0]
+    assert float(ms) > float(engine_ms) > 0 and int(changelog_rows) > 0 and int(peak) > 0, rows
 
 
 def test_task_batch_bench_compares_two_trees() -> None:
@@ -132,10 +132,11 @@ def test_task_batch_bench_compares_two_trees() -> None:
     )
     assert run.returncode == 0, run.stderr
     rows = [line.split("|")[1:-1] for line in run.stdout.splitlines() if line.startswith(("| this tree", "| HEAD"))]
-    assert len(rows) == 3, run.stdout  # this tree, this tree + keep_memory, HEAD
-    for _name, ms, engine_ms, changelog_rows in rows:
-        assert float(ms) > float(engine_ms) > 0 and int(changelog_rows) > 0, rows
+    assert len(rows) == 4, run.stdout  # this tree, this tree + keep_memory, HEAD, HEAD + keep_memory
+    for _name, ms, engine_ms, changelog_rows, peak in rows:
+        assert float(ms) > float(engine_ms) > 0 and int(changelog_rows) > 0 and int(peak) > 0, rows
     assert "this tree / HEAD:" in run.stdout and "this tree + keep_memory / this tree:" in run.stdout
+    assert "this tree + keep_memory / HEAD + keep_memory:" in run.stdout and "peak RSS" in run.stdout
     listed = subprocess.run(["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True).stdout
     assert "task-batch-bench-" not in listed  # the worktree is gone
 
