@@ -21,6 +21,12 @@ allocations. The options here keep what the service controls small:
 ``driver_java_options`` (a setting) comes last, so any option there overrides these (the JVM takes the last of
 two values); a collector chosen there replaces the serial one (two collectors are an error to the JVM).
 
+* **Compile thresholds three times the JVM's** (``-XX:CompileThresholdScaling=3``): a start runs Spark's
+  planning, code generation and first tasks once each, and the JVM compiled ~14,000 methods on the way to the first
+  output (its JIT threads were ~40% of the start's CPU on 2 cores, competing with the start itself). With higher
+  thresholds code run a few hundred times stays interpreted, and what a micro-batch runs millions of times is
+  still compiled by both compilers, a little later.
+
 The JIT compilers stay the JVM's (tiered): the client compiler alone (``-XX:TieredStopAtLevel=1`` in
 ``driver_java_options``) made a restart 0.81x and the first minute's micro-batches faster, but after a longer
 warm-up the optimizing compiler's code was faster at 1,000 records/s (bench/HISTORY.md); a deployment that values
@@ -36,10 +42,12 @@ import re
 import shlex
 from collections.abc import MutableMapping
 
-__all__ = ["FOOTPRINT_OPTIONS", "MALLOC_ARENAS", "java_options", "set_malloc_arenas"]
+__all__ = ["FOOTPRINT_OPTIONS", "JIT_OPTIONS", "MALLOC_ARENAS", "java_options", "set_malloc_arenas"]
 
 #: the heap's sizing for a small footprint (see the module's docstring)
 FOOTPRINT_OPTIONS = ("-Xms64m", "-XX:MinHeapFreeRatio=10", "-XX:MaxHeapFreeRatio=30")
+#: fewer compilations of code a start runs only a few hundred times (see the module's docstring)
+JIT_OPTIONS = ("-XX:CompileThresholdScaling=3",)
 #: glibc malloc arenas of the driver JVM and the processes it starts
 MALLOC_ARENAS = "2"
 
@@ -48,13 +56,14 @@ _CHOOSES_COLLECTOR = re.compile(r"^-XX:\+Use\w*GC$")
 
 def java_options(log_config: str | None, archive_options: list[str], user_options: str) -> list[str]:
     """The driver JVM's options, in order: the log4j2 configuration file (``log_config``, if any), the serial
-    collector unless ``user_options`` choose a collector, :data:`FOOTPRINT_OPTIONS`, the class-data archive's
-    (``archive_options``), then ``user_options`` (shell words; raises ValueError on unbalanced quotes)."""
+    collector unless ``user_options`` choose a collector, :data:`FOOTPRINT_OPTIONS`, :data:`JIT_OPTIONS`, the
+    class-data archive's (``archive_options``), then ``user_options`` (shell words; raises ValueError on
+    unbalanced quotes)."""
     user = shlex.split(user_options)
     options = [f"-Dlog4j2.configurationFile=file:{log_config}"] if log_config else []
     if not any(_CHOOSES_COLLECTOR.match(o) for o in user):
         options.append("-XX:+UseSerialGC")
-    return options + list(FOOTPRINT_OPTIONS) + list(archive_options) + user
+    return options + list(FOOTPRINT_OPTIONS) + list(JIT_OPTIONS) + list(archive_options) + user
 
 
 def set_malloc_arenas(environ: MutableMapping[str, str] = os.environ) -> bool:

@@ -8,11 +8,17 @@ from service.settings import SettingsError, load
 from service.spark import driver_jvm
 
 
-def test_defaults_choose_the_serial_collector_and_a_small_heap_after_the_log_config():
+def test_defaults_choose_the_serial_collector_a_small_heap_and_higher_compile_thresholds_after_the_log_config():
     opts = driver_jvm.java_options("/x/log4j2.properties", [], "")
     assert opts[0] == "-Dlog4j2.configurationFile=file:/x/log4j2.properties"
     assert opts[1] == "-XX:+UseSerialGC"
-    assert opts[2:] == list(driver_jvm.FOOTPRINT_OPTIONS)
+    assert opts[2:] == [*driver_jvm.FOOTPRINT_OPTIONS, *driver_jvm.JIT_OPTIONS]
+
+
+def test_the_user_overrides_the_compile_thresholds():
+    assert driver_jvm.JIT_OPTIONS == ("-XX:CompileThresholdScaling=3",)
+    opts = driver_jvm.java_options(None, [], "-XX:CompileThresholdScaling=1")
+    assert opts.index("-XX:CompileThresholdScaling=1") > opts.index("-XX:CompileThresholdScaling=3")
 
 
 def test_archive_then_user_options_come_last_so_they_override():
