@@ -225,10 +225,10 @@ def main() -> int:
                     f"{got['rows']:.0f} changelog rows",
                     flush=True,
                 )
+                peak = min(got["peak_mib"], best[name]["peak_mib"]) if name in best else got["peak_mib"]
                 if name not in best or got["ms"] < best[name]["ms"]:
-                    best[name] = got | {"peak_mib": min(got["peak_mib"], best.get(name, got)["peak_mib"])}
-                else:
-                    best[name]["peak_mib"] = min(got["peak_mib"], best[name]["peak_mib"])
+                    best[name] = got
+                best[name]["peak_mib"] = peak
     shape = (
         f"{KEYS} keys, {PER_BATCH} records per batch, windows full"
         if args.window == "sliding"

@@ -17,17 +17,17 @@ allocations. The options here keep what the service controls small:
   starts, unless set): glibc gives each thread that allocates concurrently an arena of its own, up to 8 per core;
   the JVM's ~100 threads (Kafka clients, RocksDB, Netty, the Python runners) would each keep freed memory in
   their own.
+* **Compile thresholds three times the JVM's** (``-XX:CompileThresholdScaling=3``): a start runs Spark's
+  planning, code generation and first tasks once each, and the JVM compiled some 14,000 methods on the way to
+  the first output, its compiler threads competing for the cores with the start itself (bench/HISTORY.md). With
+  higher thresholds code run a few hundred times stays interpreted, and what a micro-batch runs millions of
+  times is still compiled by both compilers, a little later. The client compiler alone instead
+  (``-XX:TieredStopAtLevel=1``) starts faster still, but its code was slower after a longer warm-up (below).
 
 ``driver_java_options`` (a setting) comes last, so any option there overrides these (the JVM takes the last of
 two values); a collector chosen there replaces the serial one (two collectors are an error to the JVM).
 
-* **Compile thresholds three times the JVM's** (``-XX:CompileThresholdScaling=3``): a start runs Spark's
-  planning, code generation and first tasks once each, and the JVM compiled ~14,000 methods on the way to the first
-  output (its JIT threads were ~40% of the start's CPU on 2 cores, competing with the start itself). With higher
-  thresholds code run a few hundred times stays interpreted, and what a micro-batch runs millions of times is
-  still compiled by both compilers, a little later.
-
-The JIT compilers stay the JVM's (tiered): the client compiler alone (``-XX:TieredStopAtLevel=1`` in
+Both JIT compilers stay on (tiered): the client compiler alone (``-XX:TieredStopAtLevel=1`` in
 ``driver_java_options``) made a restart 0.81x and the first minute's micro-batches faster, but after a longer
 warm-up the optimizing compiler's code was faster at 1,000 records/s (bench/HISTORY.md); a deployment that values
 restarts over the steady state can choose it. Measured in ``bench/side_by_side.py`` (per-process peak memory)
