@@ -60,6 +60,18 @@ def test_the_local_checkpoint_file_manager_is_a_class_of_this_spark(spark):
     assert cls.getName() == LOCAL_CHECKPOINT_FILE_MANAGER
 
 
+def test_the_status_store_limits_are_settings_of_this_spark_below_its_defaults(spark):
+    """build_spark bounds Spark's status store by name: a name Spark does not know would be ignored silently, and
+    the JVM's heap would grow with every micro-batch again (an upgrade can rename them)."""
+    from service.spark.job import STATUS_STORE_LIMITS
+
+    entries = spark.sparkContext._jvm.org.apache.spark.internal.config.ConfigEntry
+    for key, value in STATUS_STORE_LIMITS.items():
+        entry = entries.findEntry(key)
+        assert entry is not None, key
+        assert 0 < int(value) < int(entry.defaultValueString()), (key, entry.defaultValueString())
+
+
 def test_warm_python_workers_starts_workers_that_imported_the_task_code(spark, caplog):
     """The warm-up job runs in the service's Python workers and imports the task code there (a head start for
     the first micro-batch); it reports how many workers answered."""
