@@ -152,13 +152,12 @@ def _start_jvm(settings: Any, conf: dict[str, str]) -> Any:
     return gateway
 
 
-#: how many finished SQL executions, jobs, stages and tasks Spark's status store keeps. The store is filled with
-#: the UI off too (it backs the status tracker and the REST API), and a streaming query adds an execution, a job,
-#: two stages and their tasks every micro-batch: at Spark's defaults (1,000 executions, jobs and stages, 100,000
-#: tasks) the driver JVM's live heap grew by ~27 MB in 150 s of micro-batches at 1,000 records/s and would go on
-#: growing for the first hours of a run, a plan graph and its metrics per micro-batch (bench/HISTORY.md). Nothing
-#: in the service reads them (its metrics come from the query's progress); ``spark_conf`` overrides them, e.g.
-#: with the UI on.
+#: how many finished SQL executions, jobs, stages and tasks (a stage) Spark's status store keeps. The store is
+#: filled with the UI off too (it backs the status tracker and the REST API), and a streaming query adds SQL
+#: executions, a job, stages and their tasks every micro-batch, each execution with its plan graph and metrics.
+#: At Spark's limits (1,000 executions, jobs and stages) the driver JVM held 22-33 MB more live heap than with
+#: these once the store was full, after ~5 minutes at 1,000 records/s (bench/HISTORY.md). Nothing in the service
+#: reads them (its metrics come from the query's progress); ``spark_conf`` overrides them, e.g. with the UI on.
 STATUS_STORE_LIMITS = {
     "spark.sql.ui.retainedExecutions": "20",
     "spark.ui.retainedJobs": "20",
