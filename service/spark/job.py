@@ -55,6 +55,7 @@ __all__ = [
     "await_termination",
     "WindowTaskProcessor",
     "build_spark",
+    "session_conf",
     "checkpoint_file_conf",
     "STATUS_STORE_LIMITS",
     "python_worker_conf",
@@ -93,8 +94,27 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> Spar
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    conf = session_conf(settings, spark_jars_conf(), extra_conf)
+    builder = SparkSession.builder.master(settings.spark_master).appName(settings.app_name)
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    archive = classdata.archive_for(settings.class_data_cache, conf.get("spark.jars", ""))
+    applied = _driver_java_options(archive.java_options() if archive is not None else [], settings.driver_java_options)
+    driver_jvm.set_malloc_arenas()
+    driver_imports.preload_pyspark_testing()  # before the first JVM call: pandas stays out of the driver
+    gateway = _start_jvm(settings, conf)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    if archive is not None and not archive.exists and applied and gateway is not None:
+        classdata.dump_after_first_batch(archive, spark, gateway.proc.pid)
+    return spark
+
+
+def session_conf(settings: Any, jars: str, extra_conf: dict[str, str] | None = None) -> dict[str, str]:
+    """The SparkSession's settings: the service's (``jars`` on ``spark.jars``), then ``settings.spark_conf``,
+    then ``extra_conf``, each over the ones before."""
     conf = {
-        "spark.jars": spark_jars_conf(),
+        "spark.jars": jars,
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(settings.state_partitions),
         "spark.sql.streaming.stateStore.providerClass": (
@@ -119,19 +139,7 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> Spar
     }
     conf.update(dict(settings.spark_conf))
     conf.update(extra_conf or {})
-    builder = SparkSession.builder.master(settings.spark_master).appName(settings.app_name)
-    for k, v in conf.items():
-        builder = builder.config(k, v)
-    archive = classdata.archive_for(settings.class_data_cache, conf.get("spark.jars", ""))
-    applied = _driver_java_options(archive.java_options() if archive is not None else [], settings.driver_java_options)
-    driver_jvm.set_malloc_arenas()
-    driver_imports.preload_pyspark_testing()  # before the first JVM call: pandas stays out of the driver
-    gateway = _start_jvm(settings, conf)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    if archive is not None and not archive.exists and applied and gateway is not None:
-        classdata.dump_after_first_batch(archive, spark, gateway.proc.pid)
-    return spark
+    return conf
 
 
 def _start_jvm(settings: Any, conf: dict[str, str]) -> Any:

@@ -56,3 +56,18 @@ def test_kafka_options_win_over_the_sinks_producer_defaults():
         "kafka.bootstrap.servers": load([], environ={}).bootstrap_servers,
     }
     assert sink_options(load(["--kafka-options", f"{key}=7"], environ={}))[f"kafka.{key}"] == "7"
+
+
+def test_the_session_bounds_sparks_status_store_unless_spark_conf_says_otherwise():
+    """Every micro-batch adds executions, jobs and stages to Spark's status store (UI off or not): the session
+    keeps STATUS_STORE_LIMITS of them; spark_conf (the UI on, say) and then extra_conf override them."""
+    from service.spark.job import STATUS_STORE_LIMITS, session_conf
+
+    conf = session_conf(load([], environ={}), "a.jar")
+    assert {k: conf[k] for k in STATUS_STORE_LIMITS} == STATUS_STORE_LIMITS
+    assert conf["spark.jars"] == "a.jar" and conf["spark.ui.enabled"] == "false"
+    mine = load(["--spark-conf", "spark.ui.enabled=true,spark.sql.ui.retainedExecutions=200"], environ={})
+    conf = session_conf(mine, "a.jar", {"spark.ui.retainedJobs": "7"})
+    assert conf["spark.ui.enabled"] == "true" and conf["spark.sql.ui.retainedExecutions"] == "200"
+    assert conf["spark.ui.retainedJobs"] == "7"
+    assert conf["spark.ui.retainedStages"] == STATUS_STORE_LIMITS["spark.ui.retainedStages"]
