@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import json
 import random
+import resource
 import subprocess
 import sys
 import time
@@ -159,8 +160,7 @@ def measure(fill: int, batches: int, window: str = "sliding", profile: str = "")
     if prof is not None:
         prof.disable()
         prof.dump_stats(profile)
-    with open("/proc/self/status") as status:
-        hwm = next((int(line.split()[1]) for line in status if line.startswith("VmHWM:")), 0)
+    hwm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux: the process's VmHWM
     return {
         "ms": total / batches * 1e3,
         "engine_ms": engine[0] / batches * 1e3,

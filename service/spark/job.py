@@ -162,10 +162,10 @@ def _start_jvm(settings: Any, conf: dict[str, str]) -> Any:
 
 #: how many finished SQL executions, jobs, stages and tasks (a stage) Spark's status store keeps. The store is
 #: filled with the UI off too (it backs the status tracker and the REST API), and a streaming query adds SQL
-#: executions, a job, stages and their tasks every micro-batch, each execution with its plan graph and metrics.
-#: At Spark's limits (1,000 executions, jobs and stages) the driver JVM held 22-33 MB more live heap than with
-#: these once the store was full, after ~5 minutes at 1,000 records/s (bench/HISTORY.md). Nothing in the service
-#: reads them (its metrics come from the query's progress); ``spark_conf`` overrides them, e.g. with the UI on.
+#: executions, a job, stages and their tasks every micro-batch, each execution with its plan graph and metrics:
+#: at Spark's limits (1,000 executions, jobs and stages) that is tens of megabytes of the driver JVM's heap in a
+#: long run (bench/HISTORY.md). Nothing in the service reads them (its metrics come from the query's progress);
+#: ``spark_conf`` overrides them, e.g. with the UI on.
 STATUS_STORE_LIMITS = {
     "spark.sql.ui.retainedExecutions": "20",
     "spark.ui.retainedJobs": "20",
