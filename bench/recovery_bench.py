@@ -22,7 +22,8 @@ as a consumer of the changelog topic sees it (a real consumer, subscribed before
 PSS and peak RSS of every process of the service's group, sampled with the windows full before each kill.
 
 ``--variant k=v,...`` runs every other restart (mirrored: base, variant, variant, base, ...) with those settings
-added, so one run gives the ratio of a change; ``--against REV`` runs those restarts with the service of git
+added (``--variant-env NAME=value,...``: with that environment, e.g. another JDK's ``JAVA_HOME``), so one run
+gives the ratio of a change; ``--against REV`` runs those restarts with the service of git
 revision REV instead (a worktree of it; the checkpoint must be readable by both). CPU: the CPU seconds each process
 of the service used from its start to the first output (the driver JVM's split into its JIT compiler threads, its
 GC threads and the rest; a process that ended meanwhile counts in its parent's). Prints a Markdown table
@@ -381,6 +382,11 @@ def main() -> int:
     ap.add_argument("--service-settings", default="", help="extra settings of every start, name=value,...")
     ap.add_argument("--variant", default="", help="settings added to every other restart (mirrored order)")
     ap.add_argument("--against", default="", help="git revision whose service runs every other restart instead")
+    ap.add_argument(
+        "--variant-env",
+        default="",
+        help="environment of every other restart (mirrored order), NAME=value,...: e.g. JAVA_HOME=/path/to/a/jdk",
+    )
     ap.add_argument("--no-check", action="store_true", help="skip the exactness check (reads every update)")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--keep-logs", default="", help="copy the service's logs (one per start) to this folder")
@@ -451,6 +457,7 @@ def main() -> int:
         **_pairs(args.service_settings),
     }
     variant = _pairs(args.variant)
+    variant_env = _pairs(args.variant_env)
     tree: Path | None = None
     if args.against:
         from revision_tree import revision_tree
@@ -463,7 +470,8 @@ def main() -> int:
         settings = {**flags, **(variant if with_variant else {})}
         argv = [f"--{k.replace('_', '-')}={v}" for k, v in settings.items()]  # '=': a value may start with '-'
         log = work / (re.sub(r"\W+", "-", label) + f"-{attempt}.log")
-        return ServiceProcess(argv, log, cwd=tree if with_variant else None)
+        env = variant_env if with_variant else None
+        return ServiceProcess(argv, log, env=env, cwd=tree if with_variant else None)
 
     starts: list[Start] = []
 
@@ -539,7 +547,7 @@ def main() -> int:
     live.start()
     for i in range(args.restarts):
         crash(svc, s)
-        with_variant = bool(variant or tree) and i % 4 in (1, 2)
+        with_variant = bool(variant or variant_env or tree) and i % 4 in (1, 2)
         svc, s = start(f"restart {i + 1}" + (" (variant)" if with_variant else ""), with_variant)
     time.sleep(args.live_before_kill)
     s.memory = process_memory(svc.proc.pid)  # type: ignore[union-attr]
@@ -575,6 +583,7 @@ def main() -> int:
         + (f"; settings {args.service_settings}" if args.service_settings else "")
         + (f"; variant {args.variant}" if args.variant else "")
         + (f"; variant: the service of {args.against}" if args.against else "")
+        + (f"; variant environment {args.variant_env}" if args.variant_env else "")
         + "\n",
         "| seconds from process start to | " + " | ".join(s.label for s in starts) + " |",
         "|---|" + "---:|" * len(starts),
