@@ -26,8 +26,10 @@ added (``--variant-env NAME=value,...``: with that environment, e.g. another JDK
 gives the ratio of a change; ``--against REV`` runs those restarts with the service of git
 revision REV instead (a worktree of it; the checkpoint must be readable by both). CPU: the CPU seconds each process
 of the service used from its start to the first output (the driver JVM's split into its JIT compiler threads, its
-GC threads and the rest; a process that ended meanwhile counts in its parent's). Prints a Markdown table
-(``--out FILE`` appends it).
+GC threads and the rest; a process that ended meanwhile counts in its parent's); the driver JVM's own counters of
+its class loading up to the first output (classes loaded and how many came from a class-data archive, the
+seconds spent defining, linking, verifying and initializing them, collections, safepoints:
+:mod:`jvm_counters`). Prints a Markdown table (``--out FILE`` appends it).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from jvm_counters import CLASS_LOADING, class_loading, counters_of  # noqa: E402
 from service_bench import LiveProducer, _pairs, produce_backlog, read_to_end, report  # noqa: E402
 
 AGGS = "count,sum:amount,max:amount"
@@ -87,6 +90,7 @@ class Start:
     attempts: int = 1  # starts until one wrote output (a failed one is restarted at once, as a supervisor would)
     memory: list[dict] = field(default_factory=list)
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds up to the first output, by process role
+    classes: dict[str, float] = field(default_factory=dict)  # the driver JVM's class loading to the first output
 
 
 def log_time(line: str) -> float | None:
@@ -301,6 +305,35 @@ def process_cpu(root: int) -> dict[str, float]:
     return out
 
 
+def jvm_class_loading(root: int) -> dict[str, float]:
+    """The driver JVM's class-loading counters so far (:func:`jvm_counters.class_loading`; {} without them)."""
+    for pid, (_ppid, cmd) in process_tree(root).items():
+        if "SparkSubmit" in cmd:
+            return class_loading(counters_of(pid) or {})
+    return {}
+
+
+def class_table(starts: list[Start]) -> list[str]:
+    """The driver JVM's class loading up to the first output, from its own counters (:mod:`jvm_counters`)."""
+    if not any(s.classes for s in starts):
+        return []
+    lines = [
+        "",
+        "| driver JVM to first output (its own counters; s: elapsed, each step without the loading nested in it) | "
+        + " | ".join(s.label for s in starts)
+        + " |",
+        "|---|" + "---:|" * len(starts),
+    ]
+    for label in CLASS_LOADING:
+        cells = [s.classes.get(label) for s in starts]
+        lines.append(
+            f"| {label} | "
+            + " | ".join("-" if c is None else (f"{c:.1f}" if "(s)" in label else f"{c:,.0f}") for c in cells)
+            + " |"
+        )
+    return lines
+
+
 def cpu_table(starts: list[Start]) -> list[str]:
     roles = list(dict.fromkeys(r for s in starts for r in s.cpu))
     lines = [
@@ -513,6 +546,7 @@ def main() -> int:
             time.sleep(0.05)
         s.steps["first changelog record"] = first.at - s.began
         s.cpu = process_cpu(svc.proc.pid)  # type: ignore[union-attr]
+        s.classes = jvm_class_loading(svc.proc.pid)  # type: ignore[union-attr]
         while time.monotonic() < deadline and svc.alive():  # the driver logs the first micro-batch once it ends
             read_steps(svc.log, s)
             if "first micro-batch started" in s.steps:
@@ -615,6 +649,7 @@ def main() -> int:
                 f"(each: {', '.join(f'{x:.1f}' for x in firsts)})"
             )
     lines += cpu_table(starts)
+    lines += class_table(starts)
     lines += memory_table(starts)
     lines.append(f"\noutput after the restarts: {check}")
     report(lines, args.out)

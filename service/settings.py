@@ -582,10 +582,11 @@ class Settings:
     class_data_cache: str = _s(
         "",
         _str,
-        "folder of the driver JVM's class-data archive (AppCDS), e.g. ~/.cache/slidingwindow/cds: made by the "
-        "first start once its first micro-batch is done (the JVM pauses while it writes it), mapped by every "
-        "later start of the same JVM and jars for a faster start; a folder that cannot be written only means "
-        "no archive; empty (default): off",
+        "folder of the driver JVM's class-data archive (AppCDS), e.g. ~/.cache/slidingwindow/cds: built once, "
+        "after the first start's first micro-batch, by a JVM of its own at low priority (about a minute of one "
+        "core and ~0.9 GiB while it runs; the service does not pause), mapped by every later start of the same "
+        "JVM and jars for a faster start; a folder that cannot be written only means no archive; empty "
+        "(default): off",
         "DIR",
     )
     driver_memory: str = _s(

@@ -400,3 +400,33 @@ def test_batch_phases_command_line_gives_side_by_side_what_its_service_child_rea
     cmd = sbs.command("service", args, "127.0.0.1:9092", "in", "out", Path("/tmp/unused"))
     assert cmd[cmd.index("--window") + 1] == "tumbling" and cmd[cmd.index("--size") + 1] == "5000"
     assert cmd[cmd.index("--batch") + 1] == "20000"
+
+
+def test_jvm_counters_read_a_real_jvms_class_loading(tmp_path: Path) -> None:
+    """bench/jvm_counters.py reads the hsperfdata image a JVM writes (here saved at its exit) as ``jcmd
+    PerfCounter.print`` would: the classes it loaded, some of them from the JDK's class-data archive."""
+    import os
+    import shutil
+
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home, "bin", "java")) if java_home else shutil.which("java")
+    if not java:
+        pytest.skip("no java here")
+    image = tmp_path / "hsperfdata"
+    subprocess.run(
+        [java, "-XX:+PerfDataSaveToFile", f"-XX:PerfDataSaveFile={image}", "-version"],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    counters = _bench_module("jvm_counters")
+    raw = counters.read_counters(image.read_bytes())
+    figures = counters.class_loading(raw)
+    assert figures["classes loaded"] == raw["java.cls.loadedClasses"] + raw["java.cls.sharedLoadedClasses"] > 300
+    assert 0 < figures["of them from a class-data archive"] <= figures["classes loaded"]
+    assert set(figures) == set(counters.CLASS_LOADING)
+    assert all(v >= 0 for v in figures.values())
+    assert 0 < figures["static initializers (s)"] < 60  # ticks turned into seconds
+    with pytest.raises(ValueError, match="hsperfdata"):
+        counters.read_counters(b"\0" * 64)
+    assert counters.counters_of(2**22 + 1) is None  # no such JVM

@@ -105,8 +105,8 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> Spar
     gateway = _start_jvm(settings, conf)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    if archive is not None and not archive.exists and applied and gateway is not None:
-        classdata.dump_after_first_batch(archive, spark, gateway.proc.pid)
+    if archive is not None and not archive.exists and applied and gateway is not None:  # our JVM, our options
+        classdata.dump_after_first_batch(archive, spark, gateway.jvm)
     return spark
 
 
