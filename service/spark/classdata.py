@@ -11,7 +11,7 @@ verified again.
   leaves at most a temporary file. The service's JVM neither pauses nor grows for it: the cost is that other
   JVM's, once - about a minute of one core and up to ~1 GiB while it runs (it loads every listed class again,
   interpreted: a JVM building an archive runs no compiler). Only ``java`` is needed, not the JDK's tools:
-  the ``java`` measured is Debian's ``openjdk-17-jre-headless``, the runtime image's (not yet run in the image).
+  in the runtime image (a JRE) :func:`dump_command` built one too (bench/HISTORY.md).
 * An archive: the JVM starts with ``-XX:SharedArchiveFile``. The name holds a fingerprint of the JVM and of
   Spark's jars, so an upgrade of either makes a new one; an archive the JVM still cannot use is ignored by it
   (sharing is ``auto``), silently (its cds logging off). Classes of other class loaders (``spark.jars``: the
