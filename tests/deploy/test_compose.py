@@ -176,9 +176,21 @@ def test_grafana_provisioning_is_mounted_and_consistent():
 def test_spark_cluster_profile_shares_the_checkpoint():
     worker = SERVICES["spark-worker"]
     assert worker["profiles"] == ["cluster"] and SERVICES["spark-master"]["profiles"] == ["cluster"]
-    assert set(worker["volumes"]) == set(SERVICES["slidingwindow"]["volumes"])
+    checkpoint = "checkpoint:/var/lib/slidingwindow/checkpoint"
+    assert checkpoint in worker["volumes"] and set(worker["volumes"]) <= set(SERVICES["slidingwindow"]["volumes"])
     assert "spark://spark-master:7077" in worker["entrypoint"]
     assert SERVICES["slidingwindow"]["hostname"] == "slidingwindow"  # the driver host executors connect back to
+
+
+def test_the_driver_jvms_class_data_archive_lives_on_a_volume_of_its_own():
+    """class_data_cache (service.spark.classdata) in compose: the archive outlives the container, so only the
+    first start of a deployment builds it; the image makes the folder the service's user owns (a fresh named
+    volume takes the folder's owner)."""
+    service = SERVICES["slidingwindow"]
+    folder = service["environment"]["SLIDINGWINDOW_CLASS_DATA_CACHE"]
+    assert f"class-data:{folder}" in service["volumes"] and "class-data" in COMPOSE["volumes"]
+    assert re.search(rf"mkdir -p [^\n]*{re.escape(folder)}", DOCKERFILE)
+    assert "chown -R slidingwindow /var/lib/slidingwindow" in DOCKERFILE and folder.startswith("/var/lib/slidingwindow/")
 
 
 def test_dockerfile_bakes_the_connector_jars_and_runs_the_service():
