@@ -29,7 +29,8 @@ __all__ = ["CLASS_LOADING", "class_loading", "counters_of", "read_counters"]
 _MAGIC = 0xCAFEC0C0
 _TYPE_LONG = ord("J")
 
-#: the figures of :func:`class_loading`: label -> the counters it sums (times: ticks, exclusive of nested steps)
+#: the figures of :func:`class_loading`: label -> the counters it sums; a label ending in "(s)" is a time (ticks,
+#: exclusive of nested steps), any other a count
 CLASS_LOADING: dict[str, tuple[str, ...]] = {
     "classes loaded": ("java.cls.loadedClasses", "java.cls.sharedLoadedClasses"),
     "of them from a class-data archive": ("java.cls.sharedLoadedClasses",),
@@ -41,7 +42,6 @@ CLASS_LOADING: dict[str, tuple[str, ...]] = {
     "collections (s)": ("sun.gc.collector.0.time", "sun.gc.collector.1.time"),
     "safepoints (s)": ("sun.rt.safepointTime",),
 }
-_COUNTS = {"classes loaded", "of them from a class-data archive"}
 
 
 def read_counters(data: bytes) -> dict[str, int]:
@@ -82,5 +82,5 @@ def class_loading(counters: dict[str, int]) -> dict[str, float]:
     for label, names in CLASS_LOADING.items():
         if all(n in counters for n in names):
             total = sum(counters[n] for n in names)
-            out[label] = total if label in _COUNTS else total / hz
+            out[label] = total / hz if label.endswith("(s)") else total
     return out

@@ -328,7 +328,7 @@ def class_table(starts: list[Start]) -> list[str]:
         cells = [s.classes.get(label) for s in starts]
         lines.append(
             f"| {label} | "
-            + " | ".join("-" if c is None else (f"{c:.1f}" if "(s)" in label else f"{c:,.0f}") for c in cells)
+            + " | ".join("-" if c is None else (f"{c:.1f}" if label.endswith("(s)") else f"{c:,.0f}") for c in cells)
             + " |"
         )
     return lines

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
+from connectors.jars import java_executable
 from service.spark.classdata import archive_for, dump_command
 
 
@@ -60,16 +58,8 @@ def test_the_dump_takes_the_running_jvms_class_path_and_module_options_not_its_m
     assert not [o for o in cmd if o.startswith(("-Xmx", "-XX:DumpLoadedClassList", "-XX:StartFlightRecording"))]
 
 
-def _java() -> str:
-    java_home = os.environ.get("JAVA_HOME")
-    java = str(Path(java_home, "bin", "java")) if java_home else shutil.which("java")
-    if not java:
-        pytest.skip("no java here")
-    return java
-
-
 def test_a_jvm_of_its_own_builds_an_archive_that_the_next_jvm_maps(tmp_path, caplog):
-    java = _java()
+    java = java_executable()
     jar = min((Path(__import__("pyspark").__file__).parent / "jars").glob("*.jar"), key=lambda j: j.stat().st_size)
     archive = archive_for(str(tmp_path / "cds"), "")
     assert archive is not None
