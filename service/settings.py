@@ -611,7 +611,8 @@ class Settings:
         "",
         _java_options,
         "extra options of the driver JVM, after the service's own (its log4j2 configuration, the serial "
-        "collector, a heap that starts small and gives back, compile thresholds x3: service.spark.driver_jvm), "
+        "collector with a 24 MiB young generation, a heap that starts small and gives back, compile thresholds "
+        "x3: service.spark.driver_jvm), "
         "so they override them (-XX:TieredStopAtLevel=1, the client compiler alone: faster restarts, slower "
         "steady state); a collector chosen here replaces the serial one (on the command line with '=': "
         "--driver-java-options=-XX:+UseG1GC)",

@@ -123,6 +123,7 @@ class Archive:
 _NOT_FOR_DUMP = (
     "-Xmx",
     "-Xms",
+    "-Xmn",
     "-Xss",
     "-Xlog",
     "-Xshare",

@@ -12,7 +12,8 @@ def test_defaults_choose_the_serial_collector_a_small_heap_and_higher_compile_th
     opts = driver_jvm.java_options("/x/log4j2.properties", [], "")
     assert opts[0] == "-Dlog4j2.configurationFile=file:/x/log4j2.properties"
     assert opts[1] == "-XX:+UseSerialGC"
-    assert opts[2:] == [*driver_jvm.FOOTPRINT_OPTIONS, *driver_jvm.JIT_OPTIONS]
+    assert opts[2:] == [*driver_jvm.SERIAL_YOUNG_OPTIONS, *driver_jvm.FOOTPRINT_OPTIONS, *driver_jvm.JIT_OPTIONS]
+    assert driver_jvm.SERIAL_YOUNG_OPTIONS == ("-Xmn24m",)
 
 
 def test_the_user_overrides_the_compile_thresholds():
@@ -31,6 +32,7 @@ def test_archive_then_user_options_come_last_so_they_override():
 def test_a_collector_chosen_by_the_user_replaces_the_serial_one(gc):
     opts = driver_jvm.java_options(None, [], gc)
     assert gc in opts and "-XX:+UseSerialGC" not in opts
+    assert not any(o.startswith("-Xmn") for o in opts)  # G1 sizes its young generation itself
 
 
 def test_malloc_arenas_set_unless_the_environment_has_them():
