@@ -49,7 +49,14 @@ import re
 import shlex
 from collections.abc import MutableMapping
 
-__all__ = ["FOOTPRINT_OPTIONS", "JIT_OPTIONS", "MALLOC_ARENAS", "SERIAL_YOUNG_OPTIONS", "java_options", "set_malloc_arenas"]
+__all__ = [
+    "FOOTPRINT_OPTIONS",
+    "JIT_OPTIONS",
+    "MALLOC_ARENAS",
+    "SERIAL_YOUNG_OPTIONS",
+    "java_options",
+    "set_malloc_arenas",
+]
 
 #: the heap's sizing for a small footprint (see the module's docstring)
 FOOTPRINT_OPTIONS = ("-Xms64m", "-XX:MinHeapFreeRatio=10", "-XX:MaxHeapFreeRatio=30")
