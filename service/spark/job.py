@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from service.checkpoint_access import checkpoint_balance_tasks, checkpoint_state_partitions
-from service.spark import classdata, compat, driver_imports, driver_jvm, slots
+from service.spark import classdata, compat, driver_imports, driver_jvm, slots, thread_pools
 from service.spark.processor import WindowTaskProcessor
 from service.spark_kafka_options import sink_options, source_options
 from service.task.config import TaskConfig
@@ -105,6 +105,8 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> Spar
     gateway = _start_jvm(settings, conf)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if gateway is not None:  # our JVM: before the query's first micro-batch grows the pools
+        thread_pools.bound_block_manager_pools(gateway.jvm)
     if archive is not None and not archive.exists and applied and gateway is not None:  # our JVM, our options
         classdata.dump_after_first_batch(archive, spark, gateway.jvm)
     return spark

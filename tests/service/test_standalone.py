@@ -181,3 +181,5 @@ def test_runs_unchanged_on_a_standalone_cluster(kafka_bootstrap, make_topic, clu
     assert {(int(r.headers["partition"]), int(r.headers["offset"])) for r in late} == exp.late
     # the work ran in the cluster's executor, not in the driver
     assert any((tmp_path / "worker").rglob("stderr"))
+    # the driver's block-manager pools were found and bounded with a cluster master too (service.spark.thread_pools)
+    assert "block-manager thread pools" not in (tmp_path / "service.log").read_text()
