@@ -129,10 +129,10 @@ def produce_backlog(bootstrap, topics, n, keys, event_rate, grace_ms, ooo, seed=
 # ------------------------------------------------------------------------------------------------- processes
 
 
-def _process_table() -> tuple[dict[int, list[int]], dict[int, tuple[str, int, int]]]:
-    """Every process's children, and its command name, VmRSS (bytes) and virtual size."""
+def _process_table() -> tuple[dict[int, list[int]], dict[int, tuple[str, int, int, str]]]:
+    """Every process's children, and its command name, VmRSS (bytes), virtual size and executable."""
     children: dict[int, list[int]] = {}
-    info: dict[int, tuple[str, int, int]] = {}
+    info: dict[int, tuple[str, int, int, str]] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -145,9 +145,27 @@ def _process_table() -> tuple[dict[int, list[int]], dict[int, tuple[str, int, in
             ppid, vsize = int(fields[1]), int(fields[20])
         except (OSError, ValueError, IndexError):
             continue
+        try:
+            exe = os.readlink(f"/proc/{d}/exe")
+        except OSError:
+            exe = ""
         children.setdefault(ppid, []).append(int(d))
-        info[int(d)] = (st[st.index("(") + 1 : st.rindex(")")], kb * 1024, vsize)
+        info[int(d)] = (st[st.index("(") + 1 : st.rindex(")")], kb * 1024, vsize, exe)
     return children, info
+
+
+def shares_parents_memory(child: tuple[str, int, int, str], parent: tuple[str, int, int, str]) -> bool:
+    """Whether ``child`` (command name, RSS, virtual size, executable, as :func:`_process_table` reads them) is
+    its parent's memory seen a second time: a command the JVM starts (``posix_spawn``: vfork) runs in the JVM's
+    memory until it execs, and reports the JVM's whole RSS. Such a child of a JVM still runs the JVM's executable
+    under the name of the Java thread that started it (``stream executio``), or shows the JVM's virtual size (the
+    same mappings; its RSS, read a moment apart, may differ from the JVM's). A JVM that a JVM starts is counted:
+    it is named ``java``, with its own mappings. Under other parents only a child with the parent's RSS and
+    virtual size is left out (a Python worker just forked from the daemon, before it touches a page)."""
+    name, rss, vsize, exe = child
+    if parent[0] == "java":
+        return vsize == parent[2] or (bool(exe) and exe == parent[3] and name != "java")
+    return (rss, vsize) == parent[1:3]
 
 
 def _pss_bytes(pid: int) -> int:
@@ -169,11 +187,9 @@ def tree_memory(root_pid: int, pss: bool = False) -> list[tuple[str, int, int]]:
     while todo:
         pid, depth, parent = todo.pop()
         if pid in info:
-            name, rss, vsize = info[pid]
-            if parent in info and info[parent][1:] == (rss, vsize):
-                # a child that shares its parent's memory: the JVM starts a command (posix_spawn, vfork) and until
-                # it execs the child reports the JVM's whole RSS - the same pages, counted once
-                continue
+            name, rss = info[pid][:2]
+            if parent in info and shares_parents_memory(info[pid], info[parent]):
+                continue  # the same pages, counted once
             out.append((f"{name}/{depth}", rss, _pss_bytes(pid) if pss else 0))
         todo.extend((c, depth + 1, pid) for c in children.get(pid, []))
     return out
@@ -401,12 +417,25 @@ def spark_child(args) -> int:
     spark = build_spark(s)
     spark.sparkContext.setLogLevel("ERROR")
     # every micro-batch's progress once, from a listener (as the service's driver gets it); --poll: read
-    # recentProgress every 0.25 s, as this bench did before 2026-11-27 (100 reports through py4j and JSON per poll)
-    reports: dict = {}
+    # recentProgress every 0.25 s, as this bench did before 2026-11-27 (100 reports through py4j and JSON per poll).
+    # Kept per batch: what the end of the run prints, not the progress object (~40 KB each: a long run's driver
+    # grew ~7 MiB a minute with them, counted as the service's memory): batch -> rows, the progress's JSON (only
+    # with --progress-out), triggerExecution ms, observed metrics
+    reports: dict[int, tuple[int, str, int | None, dict]] = {}
 
     def keep(p) -> None:
         if p.numInputRows or p.batchId not in reports:
-            reports[p.batchId] = p
+            observed = (
+                {k: v for k, v in observed_values(p.observedMetrics[OBSERVATION]).items() if k != "tasks"}
+                if OBSERVATION in (p.observedMetrics or {})
+                else {}
+            )
+            reports[p.batchId] = (
+                p.numInputRows,
+                p.json if args.progress_out else "",
+                p.durationMs.get("triggerExecution"),
+                observed,
+            )
 
     if not args.poll:
         spark.streams.addListener(query_listener(keep, lambda: None))
@@ -422,35 +451,17 @@ def spark_child(args) -> int:
         if args.poll:
             for p in q.recentProgress:
                 keep(p)
-        print(f"consumed {sum(p.numInputRows for p in list(reports.values()))}", flush=True)
+        print(f"consumed {sum(r[0] for r in list(reports.values()))}", flush=True)
         if q.exception() is not None:
             print(str(q.exception()), file=sys.stderr, flush=True)
             return 1
         time.sleep(0.25)
     if args.progress_out:
-        Path(args.progress_out).write_text("".join(reports[b].json + "\n" for b in sorted(reports)))
-    progs = [reports[b] for b in sorted(reports) if reports[b].numInputRows]
-    for p in progs:
-        print(
-            json.dumps(
-                {
-                    "batch": p.batchId,
-                    "rows": p.numInputRows,
-                    "ms": p.durationMs.get("triggerExecution"),
-                    "observed": {
-                        k: v
-                        for k, v in (
-                            observed_values(p.observedMetrics[OBSERVATION]).items()
-                            if OBSERVATION in (p.observedMetrics or {})
-                            else []
-                        )
-                        if k != "tasks"
-                    },
-                }
-            ),
-            file=sys.stderr,
-            flush=True,
-        )
+        Path(args.progress_out).write_text("".join(reports[b][1] + "\n" for b in sorted(reports)))
+    for b in sorted(reports):
+        rows, _json, ms, observed = reports[b]
+        if rows:
+            print(json.dumps({"batch": b, "rows": rows, "ms": ms, "observed": observed}), file=sys.stderr, flush=True)
     q.stop()
     spark.stop()
     return 0

@@ -362,6 +362,23 @@ def test_side_by_side_drain_rate_leaves_out_the_first_report_with_its_records() 
     assert r["rec_per_s"] == pytest.approx(100.0) and r["rec_per_s_outputs"] == pytest.approx(200.0)
 
 
+def test_side_by_side_counts_a_jvms_spawned_child_once_until_it_execs() -> None:
+    """A command the JVM starts (vfork) shows the JVM's memory until it execs: left out of the tree's sum even when
+    its RSS was read a moment apart from the JVM's; a JVM started by the JVM, a command after exec and a Python
+    worker forked from the daemon are counted."""
+    sbs = _bench_module("side_by_side")
+    java = "/usr/lib/jvm/java-17-openjdk-amd64/bin/java"
+    jvm = ("java", 571 << 20, 4_000 << 20, java)
+    assert sbs.shares_parents_memory(("stream executio", 571 << 20, 4_000 << 20, java), jvm)
+    assert sbs.shares_parents_memory(("stream executio", 569 << 20, 4_001 << 20, java), jvm)  # read apart
+    assert sbs.shares_parents_memory(("jspawnhelper", 560 << 20, 4_000 << 20, "/x/jspawnhelper"), jvm)
+    assert not sbs.shares_parents_memory(("java", 300 << 20, 3_000 << 20, java), jvm)  # the class-data build
+    assert not sbs.shares_parents_memory(("chmod", 1 << 20, 5 << 20, "/usr/bin/chmod"), jvm)
+    daemon = ("python", 51 << 20, 900 << 20, "/usr/bin/python3.11")
+    assert not sbs.shares_parents_memory(("python", 250 << 20, 1_400 << 20, "/usr/bin/python3.11"), daemon)
+    assert sbs.shares_parents_memory(daemon, daemon)
+
+
 @pytest.mark.integration
 def test_recovery_bench_times_a_fresh_start_and_a_restart_and_checks_the_output() -> None:
     """A tiny run of the recovery bench (its own broker): a fresh start, one SIGKILL and restart; every step of

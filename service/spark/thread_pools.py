@@ -5,28 +5,25 @@ once they are garbage, through two thread pools of the block manager: ``block-ma
 driver's ``BlockManagerMasterEndpoint``) and ``block-manager-storage-async-thread-pool`` (each block manager's
 ``BlockManagerStorageEndpoint``). Both are Spark's ``ThreadUtils.newDaemonCachedThreadPool(prefix, 100)``: a
 ``ThreadPoolExecutor`` whose *core* size is 100, over an unbounded queue, with idle threads ending after 60 s.
-A ``ThreadPoolExecutor`` below its core size starts a new thread for every task it is given, idle threads or
-not, so a streaming query - a few removals per micro-batch, one at a time - grows each pool to 100 threads within
-minutes, and since the idle threads take turns at the queue, every one of them gets a task within 60 s and
-none ends::
+Below its core size a ``ThreadPoolExecutor`` starts a new thread for every task it is given, idle threads or
+not; and as the idle threads take turns at the queue, each one gets a task well within 60 s and none ends::
 
-    micro-batch      1    2    3   ...   40   ...   (a few removals each)
-    pool threads     3    6    9   ...  100   100   (then all 100 kept: each gets a task within 60 s)
+    seconds into a run   0     28 (bench/side_by_side.py)      later
+    threads per pool     0    100                              100, for good
 
-That is ~200 of the driver JVM's ~300 threads, each with its stack and the JVM's own per-thread structures.
+That was 200 of the driver JVM's 295 threads, each with its stack and the JVM's own per-thread structures.
 :func:`bound_block_manager_pools` sets the core and the maximum size of every such pool of the driver JVM's
-endpoints to :data:`THREADS`: a pool then never runs more threads than that, tasks beyond them wait in its queue,
-and threads above it (a pool that grew before the call) end as soon as they are idle. The core size alone would
-not do for those: threads above the core size but below the maximum end only after 60 s without a task. What runs in
-them is a block's removal or a callback combining the replies of the storage endpoints' asks; none of it waits for
-another task of its pool (the waiting is done by the caller, ``BlockManagerMaster``), so a few threads keep up with
-what a query frees (``tests/service/
-test_thread_pools.py`` runs removals through the bounded pools).
+endpoints to :data:`THREADS`: a pool then never runs more threads than that (tasks beyond them wait in its
+queue), and threads above it, in a pool that grew before the call, end as soon as they are idle (with the core
+size alone they would end only after 60 s without a task). What runs in these pools is a block's removal or a
+callback combining the storage endpoints' replies; none of it waits for another task of its pool (the caller,
+``BlockManagerMaster``, does the waiting), so a few threads keep up with what a query frees
+(``tests/service/test_thread_pools.py`` runs removals through the bounded pools).
 
 The pools are private fields of Spark's endpoints, reached through the RPC environment's dispatcher by
-reflection (``getDeclaredField``). Where the structure is not the one this was
-written for (another Spark version) nothing is changed and one warning says so: the pools only cost memory.
-With a cluster master only the driver's pool is bounded (the executors' endpoints live in their own JVMs).
+reflection (``getDeclaredField``). Where Spark's structure is another (another Spark version) nothing is changed
+and one warning says so: the pools only cost memory. With a cluster master the driver's pools are bounded, the
+executors' (in their own JVMs) are not.
 """
 
 from __future__ import annotations
