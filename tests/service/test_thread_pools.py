@@ -17,6 +17,9 @@ def _pool_threads(jvm) -> dict[str, int]:
 def test_the_pools_run_at_most_a_few_threads_and_still_remove_broadcasts(spark):
     sc = spark.sparkContext
     jvm = sc._jvm
+    for pool in thread_pools.block_manager_pools(jvm):  # Spark's sizes, whatever ran in this session before
+        pool.setMaximumPoolSize(100)
+        pool.setCorePoolSize(100)
     for i in range(30):  # Spark's pools as they are: a new thread for each removal, up to 100
         sc.broadcast([i]).destroy()
     grown = _pool_threads(jvm)
