@@ -59,6 +59,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from jvm_counters import CLASS_LOADING, class_loading, counters_of  # noqa: E402
 from service_bench import LiveProducer, _pairs, produce_backlog, read_to_end, report  # noqa: E402
+from side_by_side import process_info, shares_parents_memory  # noqa: E402
 
 AGGS = "count,sum:amount,max:amount"
 
@@ -219,6 +220,9 @@ def process_memory(root: int) -> list[dict]:
     jvms = {pid for pid, (_pp, cmd) in tree.items() if "SparkSubmit" in cmd}
     out = []
     for pid, (ppid, cmd) in sorted(tree.items()):
+        child, jvm = (process_info(pid), process_info(ppid)) if ppid in jvms else (None, None)
+        if child and jvm and shares_parents_memory(child[1], jvm[1]):
+            continue  # a command the JVM just spawned, still in the JVM's memory: counted once
         try:
             st = _proc_status(pid)
         except OSError:

@@ -129,33 +129,38 @@ def produce_backlog(bootstrap, topics, n, keys, event_rate, grace_ms, ooo, seed=
 # ------------------------------------------------------------------------------------------------- processes
 
 
+def process_info(pid: int) -> tuple[int, tuple[str, int, int, str]] | None:
+    """The process's parent pid, and its command name, VmRSS (bytes), virtual size and executable; None if it is
+    gone (or unreadable)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            st = f.read()
+        fields = st[st.rindex(")") + 2 :].split()
+        with open(f"/proc/{pid}/status") as f:
+            kb = next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
+        ppid, vsize = int(fields[1]), int(fields[20])
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        exe = ""
+    return ppid, (st[st.index("(") + 1 : st.rindex(")")], kb * 1024, vsize, exe)
+
+
 def _process_table() -> tuple[dict[int, list[int]], dict[int, tuple[str, int, int, str]]]:
-    """Every process's children, and its command name, VmRSS (bytes), virtual size and executable."""
+    """Every process's children, and its :func:`process_info`."""
     children: dict[int, list[int]] = {}
     info: dict[int, tuple[str, int, int, str]] = {}
     for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                st = f.read()
-            fields = st[st.rindex(")") + 2 :].split()
-            with open(f"/proc/{d}/status") as f:
-                kb = next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
-            ppid, vsize = int(fields[1]), int(fields[20])
-        except (OSError, ValueError, IndexError):
-            continue
-        try:
-            exe = os.readlink(f"/proc/{d}/exe")
-        except OSError:
-            exe = ""
-        children.setdefault(ppid, []).append(int(d))
-        info[int(d)] = (st[st.index("(") + 1 : st.rindex(")")], kb * 1024, vsize, exe)
+        if d.isdigit() and (read := process_info(int(d))) is not None:
+            children.setdefault(read[0], []).append(int(d))
+            info[int(d)] = read[1]
     return children, info
 
 
 def shares_parents_memory(child: tuple[str, int, int, str], parent: tuple[str, int, int, str]) -> bool:
-    """Whether ``child`` (command name, RSS, virtual size, executable, as :func:`_process_table` reads them) is
+    """Whether ``child`` (command name, RSS, virtual size, executable, as :func:`process_info` reads them) is
     its parent's memory seen a second time: a command the JVM starts (``posix_spawn``: vfork) runs in the JVM's
     memory until it execs, and reports the JVM's whole RSS. Such a child of a JVM still runs the JVM's executable
     under the name of the Java thread that started it (``stream executio``), or shows the JVM's virtual size (the
