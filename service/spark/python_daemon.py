@@ -21,9 +21,13 @@ import logging
 import os
 from typing import Any
 
-import pyspark.daemon as _daemon
+from service.spark import pyspark_path
 
-from service.spark import compat
+pyspark_path.prefer_installed()  # before the first import of pyspark: see the module
+
+import pyspark.daemon as _daemon  # noqa: E402
+
+from service.spark import compat  # noqa: E402
 
 __all__ = ["MODULE", "worker", "BetweenTasks", "keep_memory"]
 

@@ -268,6 +268,9 @@ def main(infile: Any, outfile: Any) -> None:
 
 
 if __name__ == "__main__":  # without the daemon (spark.python.use.daemon=false) Spark runs ``python -m MODULE``
+    from service.spark import pyspark_path
+
+    pyspark_path.prefer_installed()
     from pyspark.worker_util import get_sock_file_to_executor
 
     with get_sock_file_to_executor() as sock_file:

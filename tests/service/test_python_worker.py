@@ -84,13 +84,13 @@ class EchoProcessor(StatefulProcessor):  # type: ignore[misc,valid-type]
             ],
         }
         fast = bool(getattr(pyspark.worker.read_udfs, "_slidingwindow", False))
-        yield pd.DataFrame({"seen": [json.dumps(seen)], "fast": [fast]})
+        yield pd.DataFrame({"seen": [json.dumps(seen)], "fast": [fast], "pyspark": [pyspark.__file__]})
 
     def close(self) -> None:
         pass
 
 
-def _echo(fast: bool) -> tuple[list[dict], set[bool]]:
+def _echo(fast: bool) -> tuple[list[dict], set[bool], set[str]]:
     """Run :class:`EchoProcessor` over a small table in a new local[2] session with or without the module."""
     from pyspark.sql import SparkSession
 
@@ -145,7 +145,7 @@ def _echo(fast: bool) -> tuple[list[dict], set[bool]]:
             df.groupBy("topic", "partition")
             .transformWithStateInPandas(
                 statefulProcessor=EchoProcessor(),
-                outputStructType="seen string, fast boolean",
+                outputStructType="seen string, fast boolean, pyspark string",
                 outputMode="Append",
                 timeMode="None",
             )
@@ -153,16 +153,20 @@ def _echo(fast: bool) -> tuple[list[dict], set[bool]]:
         )
     finally:
         spark.stop()
-    return sorted((json.loads(r["seen"]) for r in out), key=lambda s: s["key"]), {bool(r["fast"]) for r in out}
+    seen = sorted((json.loads(r["seen"]) for r in out), key=lambda s: s["key"])
+    return seen, {bool(r["fast"]) for r in out}, {r["pyspark"] for r in out}
 
 
 @pytest.mark.integration
 def test_the_processor_gets_what_pyspark_gives_it():
-    pytest.importorskip("pyspark")
-    stock, stock_flags = _echo(fast=False)
-    fast, fast_flags = _echo(fast=True)
+    pyspark = pytest.importorskip("pyspark")
+    stock, stock_flags, stock_pyspark = _echo(fast=False)
+    fast, fast_flags, fast_pyspark = _echo(fast=True)
     assert stock_flags == {False}
     assert fast_flags == {True}, "spark.python.worker.module did not run service.spark.python_worker"
+    # pyspark's daemon imports Spark's zip of pyspark; the service's the installed package (service.spark.pyspark_path)
+    assert all(".zip" in p for p in stock_pyspark), stock_pyspark
+    assert fast_pyspark == {pyspark.__file__}, fast_pyspark
     assert len(stock) == 12  # 3 topics x 4 partitions
     assert any(len(s["frames"]) > 1 for s in stock)  # keys span Arrow batches and are cut into several frames
     for s, f in zip(stock, fast, strict=True):
