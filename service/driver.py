@@ -412,7 +412,11 @@ def run(
     config = prepare(settings)
     spark = build_spark(settings)
     logger.info(
-        "Spark %s session ready in %.1fs (master %s)", spark.version, time.monotonic() - t0, settings.spark_master
+        "Spark %s session ready in %.1fs (master %s, %s cores a task)",
+        spark.version,
+        time.monotonic() - t0,
+        spark.sparkContext.master,
+        spark.sparkContext.getConf().get("spark.task.cpus", "1"),
     )
     if settings.warm_workers:  # while the query starts (service.spark.warmup)
         warm_python_workers(spark, settings.state_partitions)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from connectors.output import KEY_FORMATS, VALUE_FORMATS
 from connectors.security import NO_SECRET, SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaSecurity, Secret, read_secret
+from service.spark.task_cpus import local_cores
 from windowstore.task_processors import WINDOW_TYPES
 
 if TYPE_CHECKING:
@@ -502,6 +503,14 @@ class Settings:
 
     # Spark
     spark_master: str = _s("local[*]", _nonempty, "Spark master URL", "URL")
+    task_cpus: int = _s(
+        0,
+        _int(0),
+        "cores each Spark task takes (spark.task.cpus): every stateful task running at once has a Python "
+        "worker of its own (~230 MiB), and keeps more than one thread busy; 0 (default): 2 with a local "
+        "master of 2 cores or more (half as many tasks and workers at once), else Spark's 1",
+        "N",
+    )
     trigger_interval: int = _s(
         1000,
         parse_duration_ms,
@@ -692,6 +701,13 @@ class Settings:
         self.check_window({n for n in _SIZE_DEFAULTS if getattr(self, n) != _SIZE_DEFAULTS[n]})
         if self.key_field and self.key_field == self.timestamp_field:
             raise SettingsError("timestamp_field", "must differ from key_field")
+        cores = local_cores(self.spark_master)
+        if cores is not None and self.task_cpus > cores:
+            raise SettingsError(
+                "task_cpus",
+                f"is {self.task_cpus}, more than the {cores} cores of spark_master {self.spark_master}: "
+                "no task could run",
+            )
         if self.processing_guarantee == "exactly_once" and self.sink != "direct":
             raise SettingsError(
                 "processing_guarantee", "exactly_once needs sink=direct (Spark's Kafka sink cannot write transactions)"

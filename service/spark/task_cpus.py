@@ -1,0 +1,99 @@
+"""How many cores a Spark task takes (``spark.task.cpus``, the ``task_cpus`` setting), and so how many of the
+service's stateful tasks, each with a Python worker of its own, run at once.
+
+A stateful task keeps more than one thread busy. The JVM's task thread reads the shuffled records, writes them to
+the Python worker as Arrow batches and reads the output back; the JVM also answers the worker's state calls
+(Spark's state server, over RocksDB); and the Python worker runs the window engine. Spark still counts the task as
+one core. So a local master of N cores runs N stateful tasks at once, and each has a Python worker of its own:
+~230 MiB at its peak (pandas, pyarrow, numpy and the task code; the windows of its tasks; a task batch in flight).
+With ``task_cpus=2`` a task takes two of the master's cores, so half as many run at once, with half as many
+Python workers::
+
+    local[4], task_cpus=1 (Spark's default)       local[4], task_cpus=2 (the service's default here)
+    core   1   2   3   4                          core   1   2   3   4
+    task  [a] [b] [c] [d]   4 Python workers      task  [a  a] [b  b]    2 Python workers
+
+On 2 cores, one stateful task at a time instead of two held ~240 MiB less at the service's peak, for ~10% less
+throughput of a backlog and a micro-batch p50 ~90 ms longer at 1,000 records/s (``bench/side_by_side.py``;
+bench/RESULTS.md and its history): the second task mostly waited for the same JVM.
+
+:func:`spark_task_cpus` picks the value: the setting's, or for 0 (the default) :data:`AUTO_TASK_CPUS` when the
+master is a local one with at least that many cores, else Spark's own (1). Only a local master's cores are known
+here; with a cluster master the executors' cores are the cluster's business, and a task that needs more cores than
+an executor has would never run, so there the default stays Spark's. ``spark_conf`` can set ``spark.task.cpus``
+too, over this.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+
+__all__ = ["AUTO_TASK_CPUS", "available_cores", "local_cores", "spark_task_cpus"]
+
+#: ``spark.task.cpus`` with ``task_cpus=0`` and a local master of at least this many cores
+AUTO_TASK_CPUS = 2
+
+_LOCAL = re.compile(r"^local(?:\[(?P<cores>\*|[1-9][0-9]*)(?:,(?:[0-9]+))?\])?$")
+
+
+def available_cores(cgroup_root: str = "/sys/fs/cgroup") -> int:
+    """The cores this process may run on, as the JVM counts them for ``local[*]``
+    (``Runtime.availableProcessors``): the CPU affinity, lowered to the cgroup's CPU quota rounded up
+    (cgroup v2's ``cpu.max`` or v1's ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``) when there is one."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = _cgroup_quota(cgroup_root)
+    return max(1, min(cores, quota)) if quota else max(1, cores)
+
+
+def _cgroup_quota(root: str) -> int | None:
+    """The CPU quota of this process's cgroup in cores (rounded up), None without one."""
+    try:
+        with open(os.path.join(root, "cpu.max")) as f:
+            quota, period = f.read().split()[:2]
+        if quota == "max":
+            return None
+        return math.ceil(int(quota) / int(period))
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(os.path.join(root, "cpu", "cpu.cfs_quota_us")) as f:
+            quota_us = int(f.read())
+        with open(os.path.join(root, "cpu", "cpu.cfs_period_us")) as f:
+            period_us = int(f.read())
+    except (OSError, ValueError):
+        return None
+    return math.ceil(quota_us / period_us) if quota_us > 0 and period_us > 0 else None
+
+
+def local_cores(master: str, available: int | None = None) -> int | None:
+    """The cores of a local master: ``local`` 1, ``local[N]`` and ``local[N,F]`` N, ``local[*]`` and
+    ``local[*,F]`` ``available`` (default :func:`available_cores`); None for any other master."""
+    m = _LOCAL.match(master.strip())
+    if m is None:
+        return None
+    cores = m.group("cores")
+    if cores is None:
+        return 1
+    if cores == "*":
+        return available_cores() if available is None else available
+    return int(cores)
+
+
+def spark_task_cpus(master: str, task_cpus: int, available: int | None = None) -> tuple[str, int | None]:
+    """The master and the ``spark.task.cpus`` the session gets for the ``task_cpus`` setting (None: Spark's
+    default, 1). A positive ``task_cpus`` is used as it is, with the master unchanged. 0 (auto):
+    :data:`AUTO_TASK_CPUS` when ``master`` is local with at least that many cores, ``local[*]`` then written out
+    as ``local[N]`` with the cores counted here (``available``, default :func:`available_cores`), so that Spark,
+    which refuses a task needing more cores than the executor has, counts the same; otherwise None and the
+    master unchanged."""
+    if task_cpus > 0:
+        return master, task_cpus
+    cores = local_cores(master, available)
+    if cores is None or cores < AUTO_TASK_CPUS:
+        return master, None
+    m = _LOCAL.match(master.strip())
+    if m is not None and m.group("cores") == "*":
+        master = master.strip().replace("[*", f"[{cores}", 1)
+    return master, AUTO_TASK_CPUS
