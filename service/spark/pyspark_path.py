@@ -7,10 +7,12 @@ sets ``PYTHONDONTWRITEBYTECODE=1``. So every daemon and worker compiled each pys
 source, every start, where the installed package has its ``__pycache__``: CPU time in every worker's start, and
 the compiler's memory left behind in the heap of every process (bench/HISTORY.md has the figures)::
 
-    sys.path as Spark sets it          after prefer_installed()
-    .../python/lib/pyspark.zip         <script or module dir>, site-packages, ... (pyspark and py4j, with .pyc)
-    .../python/lib/py4j-...-src.zip    .../python/lib/pyspark.zip           (still there, last)
-    site-packages, ...                 .../python/lib/py4j-...-src.zip
+    sys.path as Spark sets it            after prefer_installed()
+    '' (python -m: the directory)        ''
+    .../python/lib/pyspark.zip           the standard library
+    .../python/lib/py4j-...-src.zip      site-packages (pyspark and py4j, with their .pyc)
+    the standard library                 .../python/lib/pyspark.zip         (still there, last)
+    site-packages                        .../python/lib/py4j-...-src.zip
 
 :func:`prefer_installed` moves the two zips to the end of ``sys.path``, and only when the pyspark found without
 them is the same release as the zip's (their ``pyspark/version.py`` are equal): a Spark distribution whose zip is
