@@ -142,7 +142,9 @@ def test_end_to_end_memory_limit_under_what_the_service_holds(kafka_bootstrap, t
     """``memory_limit`` below the JVM's and the Python processes' own memory: after every batch the workers drop
     every cached task (and say once that the limit is too low), so every batch restores its windows from the
     state store - and every output topic is still the replay's. And the Python driver never loads pandas
-    (service.spark.driver_imports), which the workers - its descendants - do."""
+    (service.spark.driver_imports), which the workers - its descendants - do. Two stateful tasks at once
+    (``task_cpus=1``: two Python workers) keep the service over the smallest limit the settings allow; with one
+    worker it holds about that much."""
     loaded: dict[str, list[int]] = {}
 
     def look(svc: ServiceProcess) -> None:
@@ -159,6 +161,8 @@ def test_end_to_end_memory_limit_under_what_the_service_holds(kafka_bootstrap, t
         505,
         "--memory-limit",
         "768m",
+        "--task-cpus",
+        "1",
         "--max-offsets-per-trigger",
         "500",
         while_running=look,
