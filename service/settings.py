@@ -507,8 +507,8 @@ class Settings:
         0,
         _int(0),
         "cores each Spark task takes (spark.task.cpus): every stateful task running at once has a Python "
-        "worker of its own (~230 MiB), and keeps more than one thread busy; 0 (default): 2 with a local "
-        "master of 2 cores or more (half as many tasks and workers at once), else Spark's 1",
+        "worker of its own (~230 MiB); 2 runs half as many at once (less memory, longer micro-batches); "
+        "0 (default): Spark's 1; at most a local master's cores",
         "N",
     )
     trigger_interval: int = _s(
@@ -621,9 +621,9 @@ class Settings:
         _java_options,
         "extra options of the driver JVM, after the service's own (its log4j2 configuration, the serial "
         "collector with a 24 MiB young generation, a heap that starts small and gives back, compile thresholds "
-        "x3: service.spark.driver_jvm), "
-        "so they override them (-XX:TieredStopAtLevel=1, the client compiler alone: faster restarts, slower "
-        "steady state); a collector chosen here replaces the serial one (on the command line with '=': "
+        "x3, the client compiler alone: service.spark.driver_jvm), "
+        "so they override them (-XX:TieredStopAtLevel=4: both compilers); a collector chosen here replaces "
+        "the serial one (on the command line with '=': "
         "--driver-java-options=-XX:+UseG1GC)",
         "OPTIONS",
     )

@@ -95,16 +95,15 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> Spar
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    master, _ = spark_task_cpus(settings.spark_master, settings.task_cpus)
     conf = session_conf(settings, spark_jars_conf(), extra_conf)
-    builder = SparkSession.builder.master(master).appName(settings.app_name)
+    builder = SparkSession.builder.master(settings.spark_master).appName(settings.app_name)
     for k, v in conf.items():
         builder = builder.config(k, v)
     archive = classdata.archive_for(settings.class_data_cache, conf.get("spark.jars", ""))
     applied = _driver_java_options(archive.java_options() if archive is not None else [], settings.driver_java_options)
     driver_jvm.set_malloc_arenas()
     driver_imports.preload_pyspark_testing()  # before the first JVM call: pandas stays out of the driver
-    gateway = _start_jvm(master, settings.app_name, conf)
+    gateway = _start_jvm(settings.spark_master, settings.app_name, conf)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if gateway is not None:  # our JVM: before the query's first micro-batch grows the pools
@@ -118,7 +117,7 @@ def session_conf(settings: Any, jars: str, extra_conf: dict[str, str] | None = N
     """The SparkSession's settings: the service's (``jars`` on ``spark.jars``; ``spark.task.cpus`` from
     :func:`.task_cpus.spark_task_cpus`), then ``settings.spark_conf``, then ``extra_conf``, each over the ones
     before."""
-    _, task_cpus = spark_task_cpus(settings.spark_master, settings.task_cpus)
+    task_cpus = spark_task_cpus(settings.task_cpus)
     conf = {
         "spark.jars": jars,
         "spark.sql.session.timeZone": "UTC",

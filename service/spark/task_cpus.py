@@ -9,19 +9,19 @@ one core. So a local master of N cores runs N stateful tasks at once, and each h
 With ``task_cpus=2`` a task takes two of the master's cores, so half as many run at once, with half as many
 Python workers::
 
-    local[4], task_cpus=1 (Spark's default)       local[4], task_cpus=2 (the service's default here)
+    local[4], task_cpus=1 (Spark's default)       local[4], task_cpus=2
     core   1   2   3   4                          core   1   2   3   4
     task  [a] [b] [c] [d]   4 Python workers      task  [a  a] [b  b]    2 Python workers
 
-On 2 cores, one stateful task at a time instead of two held ~240 MiB less at the service's peak, for ~10% less
-throughput of a backlog and a micro-batch p50 ~90 ms longer at 1,000 records/s (``bench/side_by_side.py``;
-bench/RESULTS.md and its history): the second task mostly waited for the same JVM.
-
-:func:`spark_task_cpus` picks the value: the setting's, or for 0 (the default) :data:`AUTO_TASK_CPUS` when the
-master is a local one with at least that many cores, else Spark's own (1). Only a local master's cores are known
-here; with a cluster master the executors' cores are the cluster's business, and a task that needs more cores than
-an executor has would never run, so there the default stays Spark's. ``spark_conf`` can set ``spark.task.cpus``
-too, over this.
+On 2 cores, one stateful task at a time instead of two held ~240 MiB less at the service's peak (one Python
+worker fewer, 0.77x), for 0.87x the records/s of a backlog and micro-batches whose stateful tasks run one after
+the other: at 1,000 records/s the latency from send p50 375 vs 295 ms with 2 state partitions, and 650 vs 405 ms
+with 4 (the default ``state_partitions``), since each task has a fixed cost of its own (``bench/side_by_side.py``,
+``bench/batch_phases.py``; bench/HISTORY.md). So the default (0) stays Spark's, and ``task_cpus=2`` is the
+setting for a deployment short of memory. Only a local master's cores are known here: the settings refuse a
+``task_cpus`` above them (no task could ever run); with a cluster master, a value above an executor's cores
+leaves the tasks waiting, which is the cluster's business. ``spark_conf`` can set ``spark.task.cpus`` too, over
+this.
 """
 
 from __future__ import annotations
@@ -30,10 +30,7 @@ import math
 import os
 import re
 
-__all__ = ["AUTO_TASK_CPUS", "available_cores", "local_cores", "spark_task_cpus"]
-
-#: ``spark.task.cpus`` with ``task_cpus=0`` and a local master of at least this many cores
-AUTO_TASK_CPUS = 2
+__all__ = ["available_cores", "local_cores", "spark_task_cpus"]
 
 _LOCAL = re.compile(r"^local(?:\[(?P<cores>\*|[1-9][0-9]*)(?:,(?:[0-9]+))?\])?$")
 
@@ -81,19 +78,7 @@ def local_cores(master: str, available: int | None = None) -> int | None:
     return int(cores)
 
 
-def spark_task_cpus(master: str, task_cpus: int, available: int | None = None) -> tuple[str, int | None]:
-    """The master and the ``spark.task.cpus`` the session gets for the ``task_cpus`` setting (None: Spark's
-    default, 1). A positive ``task_cpus`` is used as it is, with the master unchanged. 0 (auto):
-    :data:`AUTO_TASK_CPUS` when ``master`` is local with at least that many cores, ``local[*]`` then written out
-    as ``local[N]`` with the cores counted here (``available``, default :func:`available_cores`), so that Spark,
-    which refuses a task needing more cores than the executor has, counts the same; otherwise None and the
-    master unchanged."""
-    if task_cpus > 0:
-        return master, task_cpus
-    cores = local_cores(master, available)
-    if cores is None or cores < AUTO_TASK_CPUS:
-        return master, None
-    m = _LOCAL.match(master.strip())
-    if m is not None and m.group("cores") == "*":
-        master = master.strip().replace("[*", f"[{cores}", 1)
-    return master, AUTO_TASK_CPUS
+def spark_task_cpus(task_cpus: int) -> int | None:
+    """The ``spark.task.cpus`` the session gets for the ``task_cpus`` setting: the value when positive, None (Spark's
+    default, 1) for 0."""
+    return task_cpus if task_cpus > 0 else None

@@ -17,7 +17,7 @@ def test_defaults_choose_the_serial_collector_a_small_heap_and_higher_compile_th
 
 
 def test_the_user_overrides_the_compile_thresholds():
-    assert driver_jvm.JIT_OPTIONS == ("-XX:CompileThresholdScaling=3",)
+    assert driver_jvm.JIT_OPTIONS == ("-XX:CompileThresholdScaling=3", "-XX:TieredStopAtLevel=1")
     opts = driver_jvm.java_options(None, [], "-XX:CompileThresholdScaling=1")
     assert opts.index("-XX:CompileThresholdScaling=1") > opts.index("-XX:CompileThresholdScaling=3")
 

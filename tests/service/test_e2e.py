@@ -132,9 +132,23 @@ def test_end_to_end_json_update(kafka_bootstrap, topics, tmp_path):
 
 
 def test_end_to_end_other_sink(kafka_bootstrap, topics, tmp_path):
-    """The sink that is not the default (spark: Spark's Kafka sink; direct: the workers' producers)."""
+    """The sink that is not the default (spark: Spark's Kafka sink; direct: the workers' producers), with one
+    stateful task at a time (``task_cpus=2`` on this test's local master of 2 or more cores; 1 on a 1-core one)."""
+    from service.spark.task_cpus import local_cores
+
+    cpus = "2" if (local_cores("local[*]") or 1) >= 2 else "1"
     run_json_update(
-        kafka_bootstrap, topics, tmp_path, 1500, 404, "--sink", OTHER_SINK, "--max-offsets-per-trigger", "500"
+        kafka_bootstrap,
+        topics,
+        tmp_path,
+        1500,
+        404,
+        "--sink",
+        OTHER_SINK,
+        "--max-offsets-per-trigger",
+        "500",
+        "--task-cpus",
+        cpus,
     )
 
 
@@ -142,9 +156,7 @@ def test_end_to_end_memory_limit_under_what_the_service_holds(kafka_bootstrap, t
     """``memory_limit`` below the JVM's and the Python processes' own memory: after every batch the workers drop
     every cached task (and say once that the limit is too low), so every batch restores its windows from the
     state store - and every output topic is still the replay's. And the Python driver never loads pandas
-    (service.spark.driver_imports), which the workers - its descendants - do. Two stateful tasks at once
-    (``task_cpus=1``: two Python workers) keep the service over the smallest limit the settings allow; with one
-    worker it holds about that much."""
+    (service.spark.driver_imports), which the workers - its descendants - do."""
     loaded: dict[str, list[int]] = {}
 
     def look(svc: ServiceProcess) -> None:
@@ -161,8 +173,6 @@ def test_end_to_end_memory_limit_under_what_the_service_holds(kafka_bootstrap, t
         505,
         "--memory-limit",
         "768m",
-        "--task-cpus",
-        "1",
         "--max-offsets-per-trigger",
         "500",
         while_running=look,

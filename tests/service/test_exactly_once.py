@@ -70,14 +70,11 @@ def _topics(bootstrap: str, tag: str) -> dict[str, str]:
 
 
 def _args(bootstrap: str, topics: dict[str, str], checkpoint: Path, guarantee: str, app: str) -> list[str]:
-    # --task-cpus 1: both stateful tasks at once, so two transactions are open at a time, twice the moments a
-    # mid-batch kill can find one open (one task at a time, the default on 2 cores, missed it three starts running)
     return [
         "--bootstrap-servers", bootstrap, "--input-topics", topics["in"], "--changelog-topic", topics["out"],
         "--late-topic", topics["late"], "--dead-letter-topic", topics["dlq"], "--aggregations", AGGS,
         "--time-difference", f"{TD}ms", "--grace", f"{GRACE}ms", "--checkpoint-dir", str(checkpoint),
-        "--trigger-interval", "0", "--state-partitions", "2", "--spark-master", "local[2]", "--task-cpus", "1",
-        "--metrics-port", "0",
+        "--trigger-interval", "0", "--state-partitions", "2", "--spark-master", "local[2]", "--metrics-port", "0",
         "--changelog-format", "json", "--changelog-key-format", "json",
         "--max-offsets-per-trigger", str(PER_TRIGGER), "--processing-guarantee", guarantee, "--app-name", app,
     ]  # fmt: skip

@@ -1,6 +1,5 @@
 """How many cores a Spark task takes (service/spark/task_cpus.py) and what the session gets from it
-(service/spark/job.py's ``session_conf``; no Spark needed: ``test_e2e`` and the other end-to-end tests run the
-service with the default on this machine's local master)."""
+(service/spark/job.py's ``session_conf``; no Spark needed: ``test_e2e`` runs the service with task_cpus=2)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import pytest
 from service.settings import SettingsError, load
 from service.spark import task_cpus
 from service.spark.job import session_conf
-from service.spark.task_cpus import AUTO_TASK_CPUS, available_cores, local_cores, spark_task_cpus
+from service.spark.task_cpus import available_cores, local_cores, spark_task_cpus
 
 
 @pytest.mark.parametrize(
@@ -33,25 +32,10 @@ def test_local_cores_reads_the_masters_core_count(master, cores):
     assert local_cores(master, available=6) == cores
 
 
-@pytest.mark.parametrize(
-    ("master", "setting", "expected"),
-    [
-        ("local[*]", 0, ("local[4]", AUTO_TASK_CPUS)),  # written out: Spark counts the same cores
-        ("local[*,3]", 0, ("local[4,3]", AUTO_TASK_CPUS)),
-        ("local[2]", 0, ("local[2]", AUTO_TASK_CPUS)),
-        ("local[1]", 0, ("local[1]", None)),  # a task of 2 cores would never run on 1
-        ("local", 0, ("local", None)),
-        ("spark://h:7077", 0, ("spark://h:7077", None)),  # the executors' cores are the cluster's business
-        ("local[*]", 1, ("local[*]", 1)),  # the setting as it is
-        ("spark://h:7077", 3, ("spark://h:7077", 3)),
-    ],
-)
-def test_spark_task_cpus_takes_two_cores_a_task_on_a_local_master_of_two_or_more(master, setting, expected):
-    assert spark_task_cpus(master, setting, available=4) == expected
-
-
-def test_local_star_on_one_core_keeps_sparks_default():
-    assert spark_task_cpus("local[*]", 0, available=1) == ("local[*]", None)
+def test_spark_task_cpus_is_the_setting_or_sparks_default():
+    assert spark_task_cpus(0) is None
+    assert spark_task_cpus(1) == 1
+    assert spark_task_cpus(2) == 2
 
 
 def test_available_cores_are_lowered_to_a_cgroup_v2_quota(tmp_path, monkeypatch):
@@ -76,13 +60,12 @@ def test_available_cores_read_a_cgroup_v1_quota(tmp_path, monkeypatch):
 
 
 def test_the_session_gets_spark_task_cpus_and_spark_conf_wins():
-    two = session_conf(load(["--spark-master", "local[2]"], environ={}), "")
-    assert two["spark.task.cpus"] == str(AUTO_TASK_CPUS)
-    assert "spark.task.cpus" not in session_conf(load(["--spark-master", "local[1]"], environ={}), "")
-    assert "spark.task.cpus" not in session_conf(load(["--spark-master", "spark://h:7077"], environ={}), "")
-    one = load(["--spark-master", "local[2]", "--task-cpus", "1"], environ={})
-    assert session_conf(one, "")["spark.task.cpus"] == "1"
-    user = load(["--spark-master", "local[2]", "--spark-conf", "spark.task.cpus=1"], environ={})
+    assert "spark.task.cpus" not in session_conf(load(["--spark-master", "local[2]"], environ={}), "")
+    two = load(["--spark-master", "local[2]", "--task-cpus", "2"], environ={})
+    assert session_conf(two, "")["spark.task.cpus"] == "2"
+    cluster = load(["--spark-master", "spark://h:7077", "--task-cpus", "2"], environ={})
+    assert session_conf(cluster, "")["spark.task.cpus"] == "2"
+    user = load(["--spark-master", "local[2]", "--task-cpus", "2", "--spark-conf", "spark.task.cpus=1"], environ={})
     assert session_conf(user, "")["spark.task.cpus"] == "1"
 
 
