@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any
 from service.checkpoint_access import checkpoint_balance_tasks, checkpoint_state_partitions
 from service.spark import classdata, compat, driver_imports, driver_jvm, slots, thread_pools
 from service.spark.processor import WindowTaskProcessor
-from service.spark.task_cpus import spark_task_cpus
 from service.spark_kafka_options import sink_options, source_options
 from service.task.config import TaskConfig
 from service.task.stats import STATS, STATS_FIELDS, TASK_BATCHES
@@ -103,7 +102,7 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> Spar
     applied = _driver_java_options(archive.java_options() if archive is not None else [], settings.driver_java_options)
     driver_jvm.set_malloc_arenas()
     driver_imports.preload_pyspark_testing()  # before the first JVM call: pandas stays out of the driver
-    gateway = _start_jvm(settings.spark_master, settings.app_name, conf)
+    gateway = _start_jvm(settings, conf)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if gateway is not None:  # our JVM: before the query's first micro-batch grows the pools
@@ -114,10 +113,9 @@ def build_spark(settings: Any, extra_conf: dict[str, str] | None = None) -> Spar
 
 
 def session_conf(settings: Any, jars: str, extra_conf: dict[str, str] | None = None) -> dict[str, str]:
-    """The SparkSession's settings: the service's (``jars`` on ``spark.jars``; ``spark.task.cpus`` from
-    :func:`.task_cpus.spark_task_cpus`), then ``settings.spark_conf``, then ``extra_conf``, each over the ones
-    before."""
-    task_cpus = spark_task_cpus(settings.task_cpus)
+    """The SparkSession's settings: the service's (``jars`` on ``spark.jars``; ``spark.task.cpus`` when the
+    ``task_cpus`` setting is not 0, see :mod:`.task_cpus`), then ``settings.spark_conf``, then ``extra_conf``, each
+    over the ones before."""
     conf = {
         "spark.jars": jars,
         "spark.sql.session.timeZone": "UTC",
@@ -141,14 +139,14 @@ def session_conf(settings: Any, jars: str, extra_conf: dict[str, str] | None = N
         "spark.driver.memory": settings.driver_memory,
         **checkpoint_file_conf(settings.checkpoint_dir),
         **python_worker_conf(settings.fast_input),
-        **({"spark.task.cpus": str(task_cpus)} if task_cpus is not None else {}),
+        **({"spark.task.cpus": str(settings.task_cpus)} if settings.task_cpus else {}),
     }
     conf.update(dict(settings.spark_conf))
     conf.update(extra_conf or {})
     return conf
 
 
-def _start_jvm(master: str, app_name: str, conf: dict[str, str]) -> Any:
+def _start_jvm(settings: Any, conf: dict[str, str]) -> Any:
     """Start the driver JVM and its SparkContext as ``SparkSession.builder.getOrCreate`` would, in two steps, so
     that the log says when the JVM was up (its gateway answers) apart from when Spark was ready: the two parts of
     a start-up (bench/recovery_bench.py reads these lines). Nothing when this process has pyspark's JVM already
@@ -158,7 +156,7 @@ def _start_jvm(master: str, app_name: str, conf: dict[str, str]) -> Any:
 
     if SparkContext._gateway is not None:
         return None
-    spark_conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(conf.items()))
+    spark_conf = SparkConf().setMaster(settings.spark_master).setAppName(settings.app_name).setAll(list(conf.items()))
     t0 = time.monotonic()
     gateway = launch_gateway(spark_conf)
     logger.info("driver JVM up in %.1fs", time.monotonic() - t0)

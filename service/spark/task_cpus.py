@@ -30,7 +30,7 @@ import math
 import os
 import re
 
-__all__ = ["available_cores", "local_cores", "spark_task_cpus"]
+__all__ = ["available_cores", "local_cores"]
 
 _LOCAL = re.compile(r"^local(?:\[(?P<cores>\*|[1-9][0-9]*)(?:,(?:[0-9]+))?\])?$")
 
@@ -76,9 +76,3 @@ def local_cores(master: str, available: int | None = None) -> int | None:
     if cores == "*":
         return available_cores() if available is None else available
     return int(cores)
-
-
-def spark_task_cpus(task_cpus: int) -> int | None:
-    """The ``spark.task.cpus`` the session gets for the ``task_cpus`` setting: the value when positive, None (Spark's
-    default, 1) for 0."""
-    return task_cpus if task_cpus > 0 else None

@@ -8,7 +8,7 @@ import pytest
 from service.settings import SettingsError, load
 from service.spark import task_cpus
 from service.spark.job import session_conf
-from service.spark.task_cpus import available_cores, local_cores, spark_task_cpus
+from service.spark.task_cpus import available_cores, local_cores
 
 
 @pytest.mark.parametrize(
@@ -30,12 +30,6 @@ from service.spark.task_cpus import available_cores, local_cores, spark_task_cpu
 )
 def test_local_cores_reads_the_masters_core_count(master, cores):
     assert local_cores(master, available=6) == cores
-
-
-def test_spark_task_cpus_is_the_setting_or_sparks_default():
-    assert spark_task_cpus(0) is None
-    assert spark_task_cpus(1) == 1
-    assert spark_task_cpus(2) == 2
 
 
 def test_available_cores_are_lowered_to_a_cgroup_v2_quota(tmp_path, monkeypatch):
