@@ -3,12 +3,13 @@ processor's input path, in Spark, side by side.
 
     .venv/bin/python bench/python_worker_bench.py [--rows 400000] [--rounds 2]
 
-Runs a ``transformWithStateInPandas`` query over an in-memory table shaped like the service's input (topic,
-partition, offset, key, value ~80-byte JSON, ts, slot; 4 partitions -> 4 grouping keys) in a new local[2]
-session per run, alternately with pyspark's worker and with ``fast_input`` (service.spark.python_worker), each
-round in both orders. The processor does what the service's does with its input before the window engine (concat
-the frames, offsets to numpy, key/value/ts to lists) and returns one row per key, so the time is Spark's
-shuffle and Arrow transfer (alike for both) plus the Python input path. Prints rows/s of each run and the ratio.
+Runs a ``transformWithState`` query (pyspark's Row interface, as the service does) over an in-memory table shaped
+like the service's input (topic, partition, offset, key, value ~80-byte JSON, ts, slot; 4 partitions -> 4
+grouping keys) in a new local[2] session per run, alternately with pyspark's worker (Rows) and with
+``fast_input`` (service.spark.python_worker: Arrow slices), each round in both orders. The processor does what the
+service's does with its input before the window engine (``service.spark.task_rows.input_columns``: the columns in
+offset order as lists) and returns one row per key, so the time is Spark's shuffle and Arrow transfer (alike for
+both) plus the Python input path. Prints rows/s of each run and the ratio.
 """
 
 from __future__ import annotations
@@ -34,13 +35,12 @@ class InputOnly(StatefulProcessor):
         pass
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
-        import pandas as pd
+        from pyspark.sql import Row
 
-        frames = [f for f in rows if len(f)]
-        pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-        offsets = pdf["offset"].to_numpy()
-        n = len(offsets) + len(pdf["key"].tolist()) + len(pdf["value"].tolist()) + len(pdf["ts"].tolist())
-        yield pd.DataFrame({"n": [n // 4]})
+        from service.spark.task_rows import input_columns
+
+        offsets, keys, values, timestamps = input_columns(list(rows))
+        yield Row(n=len(offsets) + len(keys) + len(values) + len(timestamps) >> 2)
 
     def close(self) -> None:
         pass
@@ -88,7 +88,7 @@ def run(rows: int, fast: bool) -> float:
             .cache()
         )
         df.count()
-        query = df.groupBy("topic", "partition", "slot").transformWithStateInPandas(
+        query = df.groupBy("topic", "partition", "slot").transformWithState(
             statefulProcessor=InputOnly(), outputStructType="n long", outputMode="Append", timeMode="None"
         )
         query.collect()  # Python workers started and warm

@@ -176,7 +176,7 @@ def _driver_memory(text: str) -> str:
 
 
 #: the smallest memory_limit accepted: below it the driver JVM alone would be over it
-MIN_MEMORY_LIMIT_MIB = 768
+MIN_MEMORY_LIMIT_MIB = 512
 
 
 def _memory_limit(text: str) -> str:
@@ -184,7 +184,7 @@ def _memory_limit(text: str) -> str:
     if n and not MIN_MEMORY_LIMIT_MIB * 2**20 <= n <= MAX_DRIVER_MEMORY_MIB * 2**20:
         raise ValueError(
             f"must be 0 (no limit) or between {MIN_MEMORY_LIMIT_MIB}m and 1t (the driver JVM alone holds "
-            f"~500 MiB), got {text!r}"
+            f"~450 MiB), got {text!r}"
         )
     return str(text).strip().lower()
 

@@ -1,7 +1,7 @@
 """Which pyspark versions the service's patches of pyspark's internals were written for.
 
 :mod:`.python_daemon` replaces functions of ``pyspark.daemon`` and :mod:`.python_worker` wraps
-``pyspark.worker.read_udfs`` and rebuilds the ``transformWithStateInPandas`` input path from the closure of
+``pyspark.worker.read_udfs`` and rebuilds the ``transformWithState`` input path from the closure of
 pyspark's own function. Those are pyspark internals, not API: on a pyspark other than :data:`PATCHED_FOR` the
 service logs one ERROR naming both versions and leaves them alone - Spark runs pyspark's own daemon and worker
 (slower, same results).

@@ -8,7 +8,7 @@ imports both libraries in the driver just to read their ``__version__``, in two 
   call from the first one on (the SparkContext's own set-up), imports ``pyspark.testing.utils`` for its
   ``have_numpy`` flag - a module that runs ``require_minimum_pandas_version`` and
   ``require_minimum_pyarrow_version`` at import;
-* ``pandas_udf``, which ``transformWithStateInPandas`` calls to wrap the processor, runs both checks again.
+* ``pandas_udf``, which ``transformWithState`` calls to wrap the processor, runs both checks again.
 
 From then on the driver holds both libraries for its whole life (a fresh interpreter: 51 -> 119 MiB RSS).
 :func:`versions_from_metadata` replaces the two checks, while its block runs, with a look at the installed

@@ -3,7 +3,7 @@
 Plan (one streaming query)::
 
     kafka source (topic, partition, offset, key, value, timestamp)
-      -> groupBy(topic, partition[, slot]).transformWithStateInPandas(WindowTaskProcessor)
+      -> groupBy(topic, partition[, slot]).transformWithState(WindowTaskProcessor)
            one task = one input partition
            state: ValueState "task" (task meta: stream time, emit progress, expiry index; cache token; buckets)
                   MapState  "buckets" (bucket -> {aggregation key: that key's windows as one blob}, written
@@ -46,7 +46,7 @@ from service.spark_kafka_options import sink_options, source_options
 from service.task.config import TaskConfig
 from service.task.stats import STATS, STATS_FIELDS, TASK_BATCHES
 
-if TYPE_CHECKING:  # pyspark and pandas are imported where they run, so that this module loads without them
+if TYPE_CHECKING:  # pyspark is imported where it runs, so that this module loads without it
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
@@ -71,8 +71,9 @@ logger = logging.getLogger(__name__)
 
 #: the processor's output rows: output records (changelog | late | dlq) and one "stats" row per task and batch
 #: whose ``stats`` array holds the :data:`~service.task.stats.STATS_FIELDS` counters in that order. One array
-#: column rather than a column per counter: PySpark converts each output column from pandas to Arrow
-#: separately (a fixed cost per column and frame), and every task returns at least one frame per batch.
+#: column rather than a column per counter: each output column is an Arrow array built per task and batch (a
+#: fixed cost per column). The workers build these columns as :func:`.task_rows.output_arrow_schema`, which must
+#: stay this schema as pyspark converts it (``tests/service/test_python_worker.py`` checks).
 OUTPUT_SCHEMA = (
     "kind string, topic string, key binary, value binary, "
     "headers array<struct<key:string,value:binary>>, "
@@ -288,7 +289,7 @@ def windowed_frame(source: Any, config: TaskConfig) -> DataFrame:
     """Apply the per-partition window processor; output rows per :data:`OUTPUT_SCHEMA`."""
     keys = ["topic", "partition"] + (["slot"] if "slot" in source.columns else [])
     with driver_imports.versions_from_metadata():  # pandas and pyarrow stay out of the driver
-        return source.groupBy(*keys).transformWithStateInPandas(
+        return source.groupBy(*keys).transformWithState(
             statefulProcessor=WindowTaskProcessor(config),
             outputStructType=OUTPUT_SCHEMA,
             outputMode="Append",

@@ -1,11 +1,11 @@
-"""The ``transformWithStateInPandas`` processor, :class:`WindowTaskProcessor`: one grouping key = one input
-partition (topic, partition).
+"""The ``transformWithState`` processor (pyspark's Row interface), :class:`WindowTaskProcessor`: one grouping key =
+one input partition (topic, partition).
 
 Besides the Python workers, Spark unpickles the processor at every query start in a fresh Python process that the
 driver JVM starts while it plans the first micro-batch (pyspark's ``transform_with_state_driver_worker``, to learn
 the state variables from :meth:`WindowTaskProcessor.init`): on the critical path of every (re)start. So this module
 imports pyspark's base class only, and the processor carries its task config pickled: it is unpickled, and the
-task code (:mod:`.task_rows`: the engine, the connectors, pandas) imported, on the first micro-batch in a worker -
+task code (:mod:`.task_rows`: the engine, the connectors) imported, on the first micro-batch in a worker -
 where :mod:`.warmup` has imported that code already - never in the driver's planning process.
 """
 
@@ -47,7 +47,7 @@ def state_schemas() -> tuple[StructType, StructType, StructType]:
 
 
 class WindowTaskProcessor(_StatefulProcessorBase):
-    """``transformWithStateInPandas`` processor: one grouping key = one input partition (topic, partition).
+    """``transformWithState`` processor: one grouping key = one input partition (topic, partition).
     Its rows are handled by :func:`.task_rows.handle_rows`."""
 
     def __init__(self, config: TaskConfig) -> None:

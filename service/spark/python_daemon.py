@@ -2,7 +2,7 @@
 workers install :mod:`service.spark.python_worker`'s input path before they run pyspark's worker.
 
 pyspark's daemon imports a configured worker module only when its name starts with ``pyspark``, and imports it
-only after the fork (pandas and pyarrow start threads on import). So this daemon wraps the function the daemon's
+only after the fork (pyarrow starts threads on import). So this daemon wraps the function the daemon's
 child runs after the fork (``pyspark.daemon.worker``): it installs the input path there, then runs pyspark's.
 
 It also changes what the forked worker does between two tasks (:class:`BetweenTasks`): pyspark's daemon runs
@@ -40,9 +40,12 @@ _pyspark_worker = _daemon.worker
 
 
 def worker(sock: Any, authenticated: bool) -> int:
-    """pyspark's ``daemon.worker`` (in the forked child) after :func:`service.spark.python_worker.install`."""
+    """pyspark's ``daemon.worker`` (in the forked child) after :func:`service.spark.pandas_guard.keep_pandas_out`
+    and :func:`service.spark.python_worker.install`."""
+    from service.spark.pandas_guard import keep_pandas_out
     from service.spark.python_worker import install
 
+    keep_pandas_out()
     install()
     return _pyspark_worker(sock, authenticated)
 

@@ -1,38 +1,31 @@
 """The Python worker Spark runs for the service (``spark.python.worker.module``): pyspark's own worker, with
-a vectorized input path for ``transformWithStateInPandas``.
+a vectorized input path for ``transformWithState`` (pyspark's Row interface).
 
-pyspark (4.3) hands a stateful processor its input by converting each Arrow batch to pandas and then walking it row by
-row: ``itertuples()``, a key tuple per row, ``itertools.groupby`` over the rows, and ``pd.DataFrame(list of
-namedtuples)`` per chunk: Python work per input row that shows at the service's rates (``bench/python_worker_bench.py``;
-figures in bench/RESULTS.md). The rows of one grouping key arrive contiguous (Spark sorts them), so this worker finds
-the runs of equal keys with one Arrow comparison per key column, converts each Arrow batch to pandas once (as pyspark
-does) and hands out row ranges of it. It gives the processor the same thing:
+pyspark (4.3) hands a Row-interface stateful processor its input one ``Row`` at a time: for every row of every
+Arrow batch it reads the grouping key and every column with ``as_py()`` and builds a ``Row`` - Python work per
+input cell that shows at the service's rates (``bench/python_worker_bench.py``; figures in bench/RESULTS.md). The
+rows of one grouping key arrive contiguous (Spark sorts them), so this worker finds the runs of equal keys with one
+Arrow comparison per key column and hands the processor, once per grouping key (the key as a tuple of Python
+values, as pyspark's ``as_py()`` gives it), the key's rows as zero-copy ``pyarrow.RecordBatch`` slices of the
+input batches, with every input column; then the ``PROCESS_TIMER`` and ``COMPLETE`` calls. The processor's output
+goes back to Spark as it comes: an Arrow record batch of the output schema as it is (after a cast if its types
+differ), Rows converted as pyspark converts them. The service's processor takes either form and answers in the
+form it was given (:mod:`.task_rows`); a worker that runs it this way never imports pandas.
 
-* one call per grouping key, with the key as a tuple of Python values (the first row's ``as_py()``, as
-  pyspark's ``tuple(row[o] ...)`` of the pandas row);
-* the value columns (``df.iloc[:, value_offsets]``) as pandas frames converted by pyspark's own
-  ``ArrowBatchTransformer.to_pandas``, with the column names and dtypes of pyspark's frames, cut where
-  pyspark cuts them (every ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows of a key, or its byte limit,
-  across Arrow batches);
-* then the ``PROCESS_TIMER`` and ``COMPLETE`` calls, and the output converted by pyspark's own
-  ``PandasToArrowConversion`` with the worker's settings.
-
-Everything else is pyspark's worker unchanged: only ``read_udfs`` is wrapped, and only its
-``transformWithStateInPandas`` function (without initial state) is replaced (:func:`install`, which
-:mod:`service.spark.python_daemon` calls in each forked worker, and :func:`main` without the daemon). The
-replacement takes its inputs from the closure of pyspark's function; if that closure does not have the names
-it needs, the worker logs a warning once and keeps pyspark's function. On a pyspark version the patch was not
-written for (:mod:`.compat`) nothing is wrapped: one ERROR, and pyspark's worker runs unchanged.
-``tests/service/test_python_worker.py`` runs a processor under both workers in Spark and checks it is handed
-the same keys and the same frames, and that the service's setting (``fast_input``) selects this worker.
+Everything else is pyspark's worker unchanged: only ``read_udfs`` is wrapped, and only its ``transformWithState``
+function (without initial state) is replaced (:func:`install`, which :mod:`service.spark.python_daemon` calls in
+each forked worker, and :func:`main` without the daemon). The replacement takes its inputs from the closure of
+pyspark's function; if that closure does not have the names it needs, the worker logs a warning once and keeps
+pyspark's function. On a pyspark version the patch was not written for (:mod:`.compat`) nothing is wrapped: one
+ERROR, and pyspark's worker runs unchanged. ``tests/service/test_python_worker.py`` runs a processor under both
+workers in Spark and checks it is handed the same keys and the same rows, and that the service's setting
+(``fast_input``) selects this worker.
 """
 
 from __future__ import annotations
 
-import collections
 import itertools
 import logging
-import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -46,19 +39,8 @@ logger = logging.getLogger(__name__)
 MODULE = __name__
 
 #: what the replacement reads from the closure of pyspark's ``transform_with_state_func``
-_CLOSURE_NAMES = (
-    "udf",
-    "key_offsets",
-    "value_offsets",
-    "stateful_processor_api_client",
-    "runner_conf",
-    "output_schema",
-    "return_type",
-    "arrow_max_records_per_batch",
-    "arrow_max_bytes_per_batch",
-)
+_CLOSURE_NAMES = ("udf", "key_offsets", "stateful_processor_api_client", "return_type")
 
-_UNLIMITED = 2**31 - 1
 _warned = False
 
 
@@ -91,125 +73,61 @@ def key_runs(batch: Any, key_offsets: list[int]) -> list[tuple[int, int]]:
     return list(itertools.pairwise(bounds))
 
 
-def _rows_per_frame(max_records: int, max_bytes: int, mean_row_bytes: float) -> int:
-    """The row count at which pyspark cuts a key's frame: the first ``c`` with ``c >= max_records`` or
-    ``c * mean_row_bytes >= max_bytes`` (its check after each appended row, evaluated the same way)."""
-    limit = max_records
-    if mean_row_bytes > 0:
-        c = max(1, math.ceil(max_bytes / mean_row_bytes))
-        while c > 1 and (c - 1) * mean_row_bytes >= max_bytes:
-            c -= 1
-        while c * mean_row_bytes < max_bytes:
-            c += 1
-        limit = min(limit, c)
-    return max(1, limit)
-
-
-def _widened(frame: Any) -> Any:
-    """Narrow numeric columns as pyspark's frames have them: built from Python scalars, pandas infers int64 for
-    every integer column and float64 for every float column (int32 partition -> int64)."""
-    import numpy as np
-
-    for name, dtype in frame.dtypes.items():
-        if not isinstance(dtype, np.dtype):  # pandas extension dtypes (prefer_int_ext_dtype) stay as they are
-            continue
-        if dtype.kind in "iu" and dtype.itemsize < 8:
-            frame[name] = frame[name].astype("int64")
-        elif dtype.kind == "f" and dtype.itemsize < 8:
-            frame[name] = frame[name].astype("float64")
-    return frame
-
-
 def fast_transform_with_state(closure: dict[str, Any]) -> Callable[[int, Iterator[Any]], Iterator[Any]]:
-    """pyspark's ``transform_with_state_func`` (``SQL_TRANSFORM_WITH_STATE_PANDAS_UDF``) with the input
-    regrouped a key run at a time; ``closure`` holds the names of :data:`_CLOSURE_NAMES` from pyspark's."""
-    import pandas as pd
-    from pyspark.errors import PySparkValueError
-    from pyspark.sql.conversion import ArrowBatchTransformer, PandasToArrowConversion
+    """pyspark's ``transformWithState`` function (``SQL_TRANSFORM_WITH_STATE_PYTHON_ROW_UDF``) with the input
+    handed over a key run at a time as Arrow slices; ``closure`` holds the names of :data:`_CLOSURE_NAMES` from
+    pyspark's."""
+    import pyarrow as pa
+    from pyspark.sql.conversion import ArrowBatchTransformer
+    from pyspark.sql.pandas.types import to_arrow_type
     from pyspark.sql.streaming.stateful_processor_util import TransformWithStateInPandasFuncMode as Mode
-    from pyspark.sql.types import StructType
 
     udf = closure["udf"]
     key_offsets = list(closure["key_offsets"])
-    value_offsets = list(closure["value_offsets"])
     api_client = closure["stateful_processor_api_client"]
-    conf = closure["runner_conf"]
-    output_schema = closure["output_schema"]
-    return_type = closure["return_type"]
-    max_records = int(closure["arrow_max_records_per_batch"])
-    max_bytes = int(closure["arrow_max_bytes_per_batch"])
+    # pyspark's own conversion of the output type (its Row path uses these arguments)
+    schema = pa.schema(list(to_arrow_type(closure["return_type"], timezone="UTC", prefers_large_types=False)))
 
-    def frame_of(pieces: list[Any]) -> Any:
-        frame = pieces[0] if len(pieces) == 1 else pd.concat(pieces)
-        return _widened(frame.reset_index(drop=True))
-
-    def chunks(batches: Iterator[Any]) -> Iterator[tuple[tuple[Any, ...], Any]]:
-        """``(key, frame)`` with pyspark's frames: each Arrow batch converted to pandas whole (so a column's
-        dtype is the batch's), a key's consecutive rows across batches cut every :func:`_rows_per_frame` rows
-        (pyspark's mean row size is over every batch so far)."""
-        total_bytes = total_rows = 0
-        key: tuple[Any, ...] = ()  # the key of the rows in ``pieces`` (set before the first row goes in)
-        pieces: list[Any] = []  # row ranges of converted batches that make the frame being filled
-        filled = 0
+    def runs(batches: Iterator[Any]) -> Iterator[tuple[tuple[Any, ...], Any]]:
         for batch in batches:
-            if not batch.num_rows:
-                continue
-            if max_bytes != _UNLIMITED:
-                total_bytes += sum(buf.size for col in batch.columns for buf in col.buffers() if buf is not None)
-                total_rows += batch.num_rows
-            limit = _rows_per_frame(max_records, max_bytes, total_bytes / total_rows if total_rows else 0.0)
-            pdf = pd.concat(
-                ArrowBatchTransformer.to_pandas(
-                    batch, timezone=conf.timezone, prefer_int_ext_dtype=conf.prefer_int_ext_dtype
-                ),
-                axis=1,
-            )
-            # the column names pyspark's frames get: itertuples' namedtuple fields
-            # typeshed types a namedtuple() made from a runtime list of names as a bare tuple class
-            pdf.columns = list(collections.namedtuple("Pandas", list(pdf.columns), rename=True)._fields)  # type: ignore[attr-defined]
             for start, end in key_runs(batch, key_offsets):
-                run_key = tuple(batch.column(o)[start].as_py() for o in key_offsets)
-                if pieces and run_key != key:
-                    yield key, frame_of(pieces)
-                    pieces, filled = [], 0
-                key = run_key
-                s = start
-                while s < end:
-                    take = min(max(limit - filled, 1), end - s)
-                    pieces.append(pdf.iloc[s : s + take])
-                    filled += take
-                    s += take
-                    if filled >= limit:
-                        yield key, frame_of(pieces)
-                        pieces, filled = [], 0
-        if pieces:
-            yield key, frame_of(pieces)
+                yield tuple(batch.column(o)[start].as_py() for o in key_offsets), batch.slice(start, end - start)
 
     def convert(results: Iterator[Any]) -> Iterator[Any]:
+        rows: list[Any] = []
         for result in results:
-            if isinstance(return_type, StructType) and not isinstance(result, pd.DataFrame):
-                raise PySparkValueError(
-                    "Invalid return type. Please make sure that the UDF returns a "
-                    "pandas.DataFrame when the specified return type is StructType."
-                )
-            yield PandasToArrowConversion.convert(
-                [result],
-                output_schema,
-                timezone=conf.timezone,
-                safecheck=conf.safecheck,
-                arrow_cast=True,
-                assign_cols_by_name=conf.assign_cols_by_name,
-                int_to_decimal_coercion_enabled=conf.int_to_decimal_coercion_enabled,
-            )
+            if isinstance(result, pa.RecordBatch):
+                if result.num_rows:
+                    yield ArrowBatchTransformer.wrap_struct(_conformed(result, schema))
+            else:
+                rows.append(result)
+        if rows:  # as pyspark's Row path converts them
+            batch = pa.RecordBatch.from_pylist([r.asDict(True) for r in rows], schema=schema)
+            yield ArrowBatchTransformer.wrap_struct(batch)
 
     def transform_with_state(split_index: int, batches: Iterator[Any]) -> Iterator[Any]:
-        for key, group in itertools.groupby(chunks(batches), key=lambda c: c[0]):
-            frames = (frame.iloc[:, value_offsets] for _, frame in group)
-            yield from convert(udf(api_client, Mode.PROCESS_DATA, key, frames))
+        for key, group in itertools.groupby(runs(batches), key=lambda r: r[0]):
+            yield from convert(udf(api_client, Mode.PROCESS_DATA, key, (piece for _, piece in group)))
         yield from convert(udf(api_client, Mode.PROCESS_TIMER, None, iter([])))
         yield from convert(udf(api_client, Mode.COMPLETE, None, iter([])))
 
     return transform_with_state
+
+
+def _conformed(batch: Any, schema: Any) -> Any:
+    """``batch`` with ``schema`` (columns taken by position, cast where a type differs)."""
+    import pyarrow as pa
+
+    if batch.schema == schema:
+        return batch
+    if batch.num_columns != len(schema):
+        raise ValueError(
+            f"the processor returned a record batch of {batch.num_columns} columns ({batch.schema.names}); "
+            f"the output schema has {len(schema)} ({schema.names})"
+        )
+    return pa.RecordBatch.from_arrays(
+        [c.cast(f.type) for c, f in zip(batch.columns, schema, strict=True)], schema=schema
+    )
 
 
 def _closure_of(func: Any) -> dict[str, Any] | None:
@@ -227,7 +145,7 @@ def _closure_of(func: Any) -> dict[str, Any] | None:
 
 
 def install() -> None:
-    """Wrap ``pyspark.worker.read_udfs`` so that ``transformWithStateInPandas`` gets the fast input path."""
+    """Wrap ``pyspark.worker.read_udfs`` so that ``transformWithState`` gets the fast input path."""
     if not compat.patches_apply():
         return
     import pyspark.worker as worker
@@ -240,14 +158,14 @@ def install() -> None:
     def read_udfs(pickleSer: Any, udf_info_list: Any, eval_type: int, runner_conf: Any, eval_conf: Any) -> Any:
         global _warned
         func, profiler, deserializer, serializer = original(pickleSer, udf_info_list, eval_type, runner_conf, eval_conf)
-        if eval_type == PythonEvalType.SQL_TRANSFORM_WITH_STATE_PANDAS_UDF:
+        if eval_type == PythonEvalType.SQL_TRANSFORM_WITH_STATE_PYTHON_ROW_UDF:
             closure = _closure_of(func)
             if closure is not None:
                 func = fast_transform_with_state(closure)
             elif not _warned:
                 _warned = True
                 logger.warning(
-                    "pyspark's transformWithStateInPandas function does not have the expected "
+                    "pyspark's transformWithState function does not have the expected "
                     "closure (%s): its own input path is used",
                     ", ".join(_CLOSURE_NAMES),
                 )
@@ -263,6 +181,10 @@ def main(infile: Any, outfile: Any) -> None:
     :mod:`service.spark.python_daemon`): pyspark's ``main`` after :func:`install`."""
     import pyspark.worker as worker
 
+    from service.spark.pandas_guard import keep_pandas_out
+
+    if compat.patches_apply():
+        keep_pandas_out()
     install()
     worker.main(infile, outfile)
 

@@ -5,7 +5,7 @@ A stateful task keeps more than one thread busy. The JVM's task thread reads the
 the Python worker as Arrow batches and reads the output back; the JVM also answers the worker's state calls
 (Spark's state server, over RocksDB); and the Python worker runs the window engine. Spark still counts the task as
 one core. So a local master of N cores runs N stateful tasks at once, and each has a Python worker of its own:
-~230 MiB at its peak (pandas, pyarrow, numpy and the task code; the windows of its tasks; a task batch in flight).
+~230 MiB at its peak (pyarrow, numpy and the task code; the windows of its tasks; a task batch in flight).
 With ``task_cpus=2`` a task takes two of the master's cores, so half as many run at once, with half as many
 Python workers::
 

@@ -2,7 +2,7 @@
 
 Spark starts a Python worker when a task first needs one, so without this the first micro-batch after a start -
 the one a restarted service's users wait for - also waits for the Python daemon to start, for each worker to
-fork and for each to import pandas, pyarrow, numpy and the service's task code. :func:`warm_python_workers` runs
+fork and for each to import pyarrow, numpy and the service's task code. :func:`warm_python_workers` runs
 a small Spark job of :func:`_warm_worker` tasks, one per state partition, from a thread while the driver starts
 the query (planning it takes the driver seconds, and uses no executor slot). The workers are reused
 (``spark.python.worker.reuse``, :func:`service.spark.job.build_spark`), so the stateful stage's tasks find
@@ -27,7 +27,6 @@ logger = logging.getLogger(__name__)
 def _warm_worker(_rows: Iterator[int]) -> Iterator[int]:
     """In a Python worker: import what a task batch imports; yields the worker's pid."""
     import numpy  # noqa: F401
-    import pandas  # noqa: F401
     import pyarrow  # noqa: F401
 
     import service.worker.run  # noqa: F401  (the task code: windowstore, connectors, confluent_kafka)

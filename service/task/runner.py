@@ -10,7 +10,7 @@ of these happens, and the per-batch :class:`TaskStats` count them:
   a late topic is set,
 * dead-lettered (undecodable / invalid, see :mod:`connectors.serde`) -> a dead-letter row.
 
-Rows are plain Python lists so the Spark adapter (:mod:`service.spark.job`) can turn them into one pandas frame.
+Rows are plain Python lists, which the Spark adapter (:mod:`service.spark.task_rows`) turns into Arrow columns.
 """
 
 from __future__ import annotations

@@ -155,15 +155,16 @@ def test_end_to_end_other_sink(kafka_bootstrap, topics, tmp_path):
 def test_end_to_end_memory_limit_under_what_the_service_holds(kafka_bootstrap, topics, tmp_path):
     """``memory_limit`` below the JVM's and the Python processes' own memory: after every batch the workers drop
     every cached task (and say once that the limit is too low), so every batch restores its windows from the
-    state store - and every output topic is still the replay's. And the Python driver never loads pandas
-    (service.spark.driver_imports), which the workers - its descendants - do."""
-    loaded: dict[str, list[int]] = {}
+    state store - and every output topic is still the replay's. And no process of the service loads pandas: not
+    the Python driver (service.spark.driver_imports), nor the workers (service.spark.pandas_guard), which load
+    pyarrow."""
+    loaded: dict[str, list[tuple[bool, bool]]] = {}
 
     def look(svc: ServiceProcess) -> None:
         assert svc.proc is not None
         for pid, maps in svc.processes().items():
             kind = "driver" if pid == svc.proc.pid else "other"
-            loaded.setdefault(kind, []).append(int("/pandas/_libs/" in maps))
+            loaded.setdefault(kind, []).append(("/pandas/_libs/" in maps, "/pyarrow/" in maps))
 
     run_json_update(
         kafka_bootstrap,
@@ -172,14 +173,16 @@ def test_end_to_end_memory_limit_under_what_the_service_holds(kafka_bootstrap, t
         1500,
         505,
         "--memory-limit",
-        "768m",
+        "512m",
         "--max-offsets-per-trigger",
         "500",
         while_running=look,
     )
     log = (tmp_path / "service.log").read_text()
-    assert "over memory_limit (768 MiB)" in log
-    assert loaded["driver"] == [0] and any(loaded["other"]), loaded
+    assert "over memory_limit (512 MiB)" in log
+    assert not any(pandas for pandas, _ in loaded["driver"]), loaded
+    assert not any(pandas for pandas, _ in loaded["other"]), loaded
+    assert any(pyarrow for _, pyarrow in loaded["other"]), loaded  # the workers were looked at
 
 
 def test_end_to_end_avro_every_fields(kafka_bootstrap, topics, tmp_path):

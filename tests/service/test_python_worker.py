@@ -61,36 +61,44 @@ except ImportError:  # pragma: no cover
 
 
 class EchoProcessor(StatefulProcessor):  # type: ignore[misc,valid-type]
-    """Yields, per grouping key, what it was handed: the key and every frame (column names, dtypes, index, rows),
-    and whether this worker is service.spark.python_worker."""
+    """Yields, per grouping key, what it was handed: the key and every row (column names and values, whether it
+    came as a Row or in an Arrow record batch), whether this worker is service.spark.python_worker and whether it
+    imported pandas. Under the service's worker it answers with an Arrow record batch, as the service's processor
+    does."""
 
     def init(self, handle: Any) -> None:
         pass
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
-        import pandas as pd
         import pyspark.worker
+        from pyspark.sql import Row
 
+        items = list(rows)
+        arrow = [hasattr(r, "num_rows") for r in items]
+        as_dicts = [d for r in items for d in (r.to_pylist() if hasattr(r, "num_rows") else [r.asDict()])]
         seen = {
             "key": [type(k).__name__ + ":" + repr(k) for k in key],
-            "frames": [
-                {
-                    "columns": list(f.columns),
-                    "dtypes": [str(d) for d in f.dtypes],
-                    "index": [int(i) for i in f.index],
-                    "rows": [[repr(v) for v in r] for r in f.itertuples(index=False)],
-                }
-                for f in rows
-            ],
+            "columns": sorted({tuple(d) for d in as_dicts}),
+            "rows": [[repr(v) for v in d.values()] for d in as_dicts],
         }
         fast = bool(getattr(pyspark.worker.read_udfs, "_slidingwindow", False))
-        yield pd.DataFrame({"seen": [json.dumps(seen)], "fast": [fast], "pyspark": [pyspark.__file__]})
+        out = {
+            "seen": json.dumps(seen),
+            "fast": fast,
+            "pyspark": pyspark.__file__,
+            "pandas": "pandas" in sys.modules,
+            "arrow": len(set(arrow)) == 1 and arrow[0],
+        }
+        if fast:
+            yield pa.RecordBatch.from_pylist([out])  # inferred types, which the worker casts where they differ
+        else:
+            yield Row(**out)
 
     def close(self) -> None:
         pass
 
 
-def _echo(fast: bool) -> tuple[list[dict], set[bool], set[str]]:
+def _echo(fast: bool) -> tuple[list[dict], list[Any], Any]:
     """Run :class:`EchoProcessor` over a small table in a new local[2] session with or without the module."""
     from pyspark.sql import SparkSession
 
@@ -104,13 +112,16 @@ def _echo(fast: bool) -> tuple[list[dict], set[bool], set[str]]:
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "3")
         .config("spark.sql.session.timeZone", "UTC")
-        # small Arrow batches: keys span batch boundaries and frames are chunked
+        # small Arrow batches: keys span batch boundaries
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "7")
     )
     for k, v in python_worker_conf(fast).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     try:
+        from service.spark.job import OUTPUT_SCHEMA
+
+        output_struct = spark.createDataFrame([], OUTPUT_SCHEMA).schema  # for the output schema's check
         rows = [
             (
                 f"t{i % 3}",
@@ -143,9 +154,9 @@ def _echo(fast: bool) -> tuple[list[dict], set[bool], set[str]]:
         )
         out = (
             df.groupBy("topic", "partition")
-            .transformWithStateInPandas(
+            .transformWithState(
                 statefulProcessor=EchoProcessor(),
-                outputStructType="seen string, fast boolean, pyspark string",
+                outputStructType="seen string, fast boolean, pyspark string, pandas boolean, arrow boolean",
                 outputMode="Append",
                 timeMode="None",
             )
@@ -154,26 +165,42 @@ def _echo(fast: bool) -> tuple[list[dict], set[bool], set[str]]:
     finally:
         spark.stop()
     seen = sorted((json.loads(r["seen"]) for r in out), key=lambda s: s["key"])
-    return seen, {bool(r["fast"]) for r in out}, {r["pyspark"] for r in out}
+    return seen, out, output_struct
 
 
 @pytest.mark.integration
 def test_the_processor_gets_what_pyspark_gives_it():
     pyspark = pytest.importorskip("pyspark")
-    stock, stock_flags, stock_pyspark = _echo(fast=False)
-    fast, fast_flags, fast_pyspark = _echo(fast=True)
-    assert stock_flags == {False}
-    assert fast_flags == {True}, "spark.python.worker.module did not run service.spark.python_worker"
+    stock, stock_out, _ = _echo(fast=False)
+    fast, fast_out, output_struct = _echo(fast=True)
+    assert {r["fast"] for r in stock_out} == {False}
+    assert {r["fast"] for r in fast_out} == {True}, "spark.python.worker.module did not run service.spark.python_worker"
     # pyspark's daemon imports Spark's zip of pyspark; the service's the installed package (service.spark.pyspark_path)
-    assert all(".zip" in p for p in stock_pyspark), stock_pyspark
-    assert fast_pyspark == {pyspark.__file__}, fast_pyspark
+    assert all(".zip" in r["pyspark"] for r in stock_out), stock_out
+    assert {r["pyspark"] for r in fast_out} == {pyspark.__file__}
+    # the service's worker hands Arrow record batches and never imports pandas; pyspark's hands Rows
+    assert {r["arrow"] for r in fast_out} == {True}
+    assert {r["arrow"] for r in stock_out} == {False}
+    assert {r["pandas"] for r in fast_out} == {False}
     assert len(stock) == 12  # 3 topics x 4 partitions
-    assert any(len(s["frames"]) > 1 for s in stock)  # keys span Arrow batches and are cut into several frames
-    for s, f in zip(stock, fast, strict=True):
-        assert f["key"] == s["key"]
-        assert len(f["frames"]) == len(s["frames"]), s["key"]
-        for sf, ff in zip(s["frames"], f["frames"], strict=True):
-            assert ff["columns"] == sf["columns"]
-            assert ff["dtypes"] == sf["dtypes"]
-            assert ff["rows"] == sf["rows"]
-    assert fast == stock
+    assert sum(len(s["rows"]) for s in stock) == 240
+    assert fast == stock  # the same keys, column names and values, in the same order
+    # task_rows builds the output's Arrow columns itself: they must be what pyspark makes of the job's OUTPUT_SCHEMA
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    from service.spark.task_rows import OUTPUT_FIELDS, output_arrow_schema
+
+    converted = pa.schema(list(to_arrow_type(output_struct, timezone="UTC", prefers_large_types=False)))
+    assert converted == output_arrow_schema()
+    assert tuple(converted.names) == OUTPUT_FIELDS
+
+
+def test_an_output_batch_is_cast_to_the_output_schema():
+    schema = pa.schema([pa.field("n", pa.int64()), pa.field("s", pa.string())])
+    batch = pa.record_batch([pa.array([1, 2], pa.int32()), pa.array(["a", None])], names=["x", "y"])
+    out = python_worker._conformed(batch, schema)
+    assert out.schema == schema
+    assert out.to_pylist() == [{"n": 1, "s": "a"}, {"n": 2, "s": None}]
+    assert python_worker._conformed(out, schema) is out
+    with pytest.raises(ValueError, match="1 columns"):
+        python_worker._conformed(batch.select([0]), schema)
