@@ -8,7 +8,8 @@
 It also reads what the checkpoint was created with and the query must keep: the number of state partitions Spark
 froze into it (:func:`checkpoint_state_partitions`) and whether the state key has the task ``slot``
 (:func:`checkpoint_balance_tasks`). The layout file holds what a checkpoint was created with and must keep
-(:func:`read_layout` / :func:`record_layout`)."""
+(:func:`read_layout` / :func:`record_layout`). And a checkpoint written before the processor moved to pyspark's Row
+interface gets the operator name Spark now expects (:func:`migrate_operator_name`)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ __all__ = [
     "checkpoint_state_partitions",
     "checkpoint_window_problem",
     "has_batches",
+    "migrate_operator_name",
+    "OPERATOR_RENAMED",
     "read_layout",
     "record_layout",
 ]
@@ -154,3 +157,56 @@ def checkpoint_window_problem(checkpoint_dir: str, window: dict[str, Any], descr
     if recorded != window:
         record_layout(root, window=window)
     return None
+
+
+#: the stateful operator's name in a checkpoint's state metadata: written by the service before 2026-11-28 (pyspark's
+#: pandas interface, ``transformWithStateInPandas``) -> now (its Row interface, ``transformWithState``)
+OPERATOR_RENAMED = ("transformWithStateInPandasExec", "transformWithStateInPySparkExec")
+
+
+def migrate_operator_name(checkpoint_dir: str) -> int:
+    """Record the checkpoint's stateful operator under the name the service's query now has; returns how many state
+    metadata files were rewritten (0: nothing to do, or a remote checkpoint, which is not touched).
+
+    Spark records each stateful operator's name in the state metadata (``state/<operator>/_metadata/``, one JSON
+    file per batch that wrote it: ``"operatorInfo": {"operatorName": ...}``) and refuses to continue a checkpoint
+    whose operator name differs (``STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA``). The service's
+    processor ran under pyspark's pandas interface until 2026-11-28 and runs under its Row interface since: one
+    Spark operator (``TransformWithStateInPySparkExec``) under two names (:data:`OPERATOR_RENAMED`), with the same
+    state variables, schemas and store. So the old name is replaced in each metadata file: the new text is written
+    next to it and renamed over it, and Hadoop's checksum of the old text (``.<name>.crc``) is removed (Hadoop
+    reads a file without one unchecked; Spark writes one with its next metadata file)."""
+    root = _local(checkpoint_dir)
+    if root is None or not (root / "state").is_dir():
+        return 0
+    old, new = OPERATOR_RENAMED
+    rewritten = 0
+    for path in sorted((root / "state").glob("*/_metadata/**/*")):
+        if not path.is_file() or path.name.startswith("."):
+            continue
+        text = path.read_text()
+        version, _, body = text.partition("\n")
+        try:
+            metadata = json.loads(body)
+        except ValueError:
+            continue
+        info = metadata.get("operatorInfo") if isinstance(metadata, dict) else None
+        if not isinstance(info, dict) or info.get("operatorName") != old:
+            continue
+        info["operatorName"] = new
+        fresh = path.with_name(f".{path.name}.slidingwindow-tmp")
+        fresh.write_text(f"{version}\n{json.dumps(metadata, separators=(',', ':'))}")
+        os.replace(fresh, path)
+        path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
+        rewritten += 1
+    if rewritten:
+        logger.info(
+            "checkpoint %s: its stateful operator was recorded as %s (the service before 2026-11-28); recorded it as "
+            "%s, the name of the same operator under the Row interface the service runs now (%d state metadata "
+            "files)",
+            root,
+            old,
+            new,
+            rewritten,
+        )
+    return rewritten

@@ -39,7 +39,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from service.checkpoint_access import checkpoint_balance_tasks, checkpoint_state_partitions
+from service.checkpoint_access import checkpoint_balance_tasks, checkpoint_state_partitions, migrate_operator_name
 from service.spark import classdata, compat, driver_imports, driver_jvm, slots, thread_pools
 from service.spark.processor import WindowTaskProcessor
 from service.spark_kafka_options import sink_options, source_options
@@ -356,7 +356,10 @@ def start_query(spark: Any, settings: Any, config: TaskConfig, query_name: str =
     """Start the streaming query (Kafka -> windows -> Kafka); returns the StreamingQuery.
 
     ``sink=spark``: the output rows go to Spark's Kafka sink. ``sink=direct``: the workers have produced them
-    already, only the stats rows come out of the processor; they are observed and dropped (``noop`` sink)."""
+    already, only the stats rows come out of the processor; they are observed and dropped (``noop`` sink). A
+    checkpoint written before the processor's Row interface is brought to its operator name first
+    (:func:`service.checkpoint_access.migrate_operator_name`)."""
+    migrate_operator_name(settings.checkpoint_dir)
     windowed = windowed_frame(source_frame(spark, settings), config)
     if config.sink == "direct":
         writer = windowed.observe(OBSERVATION, *observed_columns()).writeStream.format("noop")

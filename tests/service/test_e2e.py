@@ -375,3 +375,46 @@ def test_crash_sigkill_and_restart(kafka_bootstrap, topics, tmp_path):
             v["record_count"],
             v["max_timestamp"],
         ) in states
+
+
+def test_checkpoint_of_the_pandas_interface_continues(kafka_bootstrap, topics, tmp_path, old_tree=None):
+    """A checkpoint written before the processor moved to pyspark's Row interface (2026-11-28), whose stateful
+    operator Spark recorded as ``transformWithStateInPandasExec`` (Spark refuses another name for it): the service
+    renames it (service.checkpoint_access.migrate_operator_name) and continues it exactly. The first run here is
+    today's service with the old name written back into its state metadata; ``old_tree``: a tree of the service
+    before the change runs it instead (checked by hand with 3d2b93e: bench/HISTORY.md)."""
+    from service.checkpoint_access import OPERATOR_RENAMED
+
+    events = payment_events(2000, keys=12, partitions=PARTITIONS, td=TD, grace=GRACE, seed=404)
+    ends = produce(kafka_bootstrap, topics["in"], events)
+    ck = tmp_path / "checkpoint"
+    args = service_args(kafka_bootstrap, topics, ck, "--changelog-format", "json", "--changelog-key-format", "json")
+    first = ServiceProcess([*args, "--max-offsets-per-trigger", "400"], tmp_path / "first.log", cwd=old_tree)
+    first.start()
+    try:
+        import time
+
+        deadline = time.monotonic() + 300
+        while committed_offsets(ck)[0] < 2:
+            assert first.alive(), first.tail()
+            assert time.monotonic() < deadline, first.tail()
+            time.sleep(0.2)
+    finally:
+        assert first.stop() == 0, first.tail()
+    metadata = [p for p in (ck / "state").glob("*/_metadata/**/*") if p.is_file() and not p.name.startswith(".")]
+    assert metadata
+    if old_tree is None:
+        for p in metadata:
+            p.write_text(p.read_text().replace(OPERATOR_RENAMED[1], OPERATOR_RENAMED[0]))
+    assert all(OPERATOR_RENAMED[0] in p.read_text() for p in metadata)
+
+    second = ServiceProcess(args, tmp_path / "second.log").start()
+    try:
+        wait_until_committed(ck, topics["in"], ends, second)
+    finally:
+        rc = second.stop()
+    assert rc == 0, second.tail()
+    assert "recorded it as transformWithStateInPySparkExec" in (tmp_path / "second.log").read_text()
+    assert all(OPERATOR_RENAMED[0] not in p.read_text() for p in metadata)
+    exp = replay(events, td=TD, grace=GRACE, aggregations=AGGS, emit="update")
+    assert json_final(consume_all(kafka_bootstrap, topics["out"])) == exp.final
