@@ -578,9 +578,9 @@ class Settings:
     fast_input: bool = _s(
         True,
         _bool,
-        "Python workers regroup the processor's input a key run at a time "
-        "(Spark starts them from service.spark.python_daemon / python_worker; pyspark's own "
-        "path walks the input row by row); false: pyspark's daemon and worker unchanged",
+        "Python workers hand the processor its input as Arrow slices, a key run at a time, and keep pandas "
+        "out (Spark starts them from service.spark.python_daemon / python_worker; pyspark's own "
+        "path builds a Row per input row); false: pyspark's daemon and worker unchanged",
     )
     warm_workers: bool = _s(
         True,

@@ -152,6 +152,24 @@ def test_end_to_end_other_sink(kafka_bootstrap, topics, tmp_path):
     )
 
 
+def test_end_to_end_pysparks_own_workers(kafka_bootstrap, topics, tmp_path):
+    """``fast_input=false``: pyspark's own daemon and workers hand the processor Rows, and convert the Rows it
+    answers with for Spark's Kafka sink (dead letters and late records carry headers)."""
+    run_json_update(
+        kafka_bootstrap,
+        topics,
+        tmp_path,
+        1500,
+        606,
+        "--fast-input",
+        "false",
+        "--sink",
+        "spark",
+        "--max-offsets-per-trigger",
+        "500",
+    )
+
+
 def test_end_to_end_memory_limit_under_what_the_service_holds(kafka_bootstrap, topics, tmp_path):
     """``memory_limit`` below the JVM's and the Python processes' own memory: after every batch the workers drop
     every cached task (and say once that the limit is too low), so every batch restores its windows from the
