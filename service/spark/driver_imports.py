@@ -1,7 +1,7 @@
 """The Python driver without pandas and pyarrow: ~70 MiB of the driver's resident memory that only version
 checks needed.
 
-The driver never touches a pandas frame: the processor's rows are pandas in the Python workers only. But pyspark
+The driver never touches a pandas frame (nor do the workers: the processor's rows are Arrow or Rows). But pyspark
 imports both libraries in the driver just to read their ``__version__``, in two places:
 
 * py4j's ``NumpyArrayConverter.can_convert`` (``pyspark.sql.types``), asked about every argument of every JVM

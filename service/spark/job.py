@@ -16,7 +16,8 @@ Plan (one streaming query)::
 
 Sinks: ``direct`` (the default) produces the changelog / late / dead-letter rows from the Python worker with
 confluent-kafka and waits for every acknowledgement before the task's micro-batch completes; ``spark`` hands them to
-Spark's Kafka sink through Arrow and the JVM. Both are at-least-once. ``direct`` is the default because it
+Spark's Kafka sink through Arrow and the JVM. Both are at-least-once; ``direct`` alone can also write each task's
+micro-batch in a Kafka transaction (``processing_guarantee=exactly_once``). ``direct`` is the default because it
 measured faster: no Arrow round trip and no JVM per output row (``bench/service_bench.py --sinks spark,direct``;
 figures in bench/RESULTS.md and its history).
 
@@ -25,8 +26,8 @@ first time that key is touched (lazy loader), and writes either a snapshot - the
 windows changed, plus the meta - or, between snapshots, one log entry with the batch's decoded records (their keys,
 times and aggregated fields; see :class:`~service.task.state.TaskState`; state calls are JVM round trips:
 service/README.md, "How it runs on Spark"). Records are sorted by offset inside the task, so a replayed
-micro-batch (after a crash) reproduces exactly the same state and output; both sinks are at-least-once, so a
-replay may repeat identical updates.
+micro-batch (after a crash) reproduces exactly the same state and output; at least once, a replay may repeat
+identical updates (exactly once, a task's replayed batch writes nothing its committed transaction wrote).
 """
 
 from __future__ import annotations

@@ -348,24 +348,13 @@ def test_crash_sigkill_and_restart(kafka_bootstrap, topics, tmp_path):
     first = ServiceProcess(args, tmp_path / "first.log").start()
     try:
         # kill once a couple of micro-batches are committed and the next one is in flight
-        import time
-
-        deadline = time.monotonic() + 300
-        while committed_offsets(ck)[0] < 2:
-            assert first.alive(), first.tail()
-            assert time.monotonic() < deadline, first.tail()
-            time.sleep(0.2)
+        wait_for_batches(ck, first, 2)
     finally:
         first.kill()
     _killed_at, offsets = committed_offsets(ck)
     assert sum(offsets[topics["in"]].values()) < len(events)  # really mid-stream
 
-    second = ServiceProcess(args, tmp_path / "second.log").start()
-    try:
-        wait_until_committed(ck, topics["in"], ends, second)
-    finally:
-        rc = second.stop()
-    assert rc == 0, second.tail()
+    run_until_committed(args, tmp_path / "second.log", ck, topics["in"], ends)
 
     exp = replay(events, td=TD, grace=GRACE, aggregations=AGGS, emit="update")
     changelog = consume_all(kafka_bootstrap, topics["out"])
@@ -395,12 +384,30 @@ def test_crash_sigkill_and_restart(kafka_bootstrap, topics, tmp_path):
         ) in states
 
 
-def test_checkpoint_of_the_pandas_interface_continues(kafka_bootstrap, topics, tmp_path, old_tree=None):
+def wait_for_batches(checkpoint: Path, svc: ServiceProcess, batches: int, timeout: float = 300) -> None:
+    """Until ``svc`` has committed ``batches`` micro-batches to ``checkpoint`` (fails if it exits or times out)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while committed_offsets(checkpoint)[0] < batches:
+        assert svc.alive(), svc.tail()
+        assert time.monotonic() < deadline, svc.tail()
+        time.sleep(0.2)
+
+
+def test_checkpoint_of_the_pandas_interface_continues(kafka_bootstrap, topics, tmp_path):
     """A checkpoint written before the processor moved to pyspark's Row interface (2026-11-28), whose stateful
     operator Spark recorded as ``transformWithStateInPandasExec`` (Spark refuses another name for it): the service
     renames it (service.checkpoint_access.migrate_operator_name) and continues it exactly. The first run here is
-    today's service with the old name written back into its state metadata; ``old_tree``: a tree of the service
-    before the change runs it instead (checked by hand with 3d2b93e: bench/HISTORY.md)."""
+    today's service with the old name written back into its state metadata."""
+    continue_pandas_interface_checkpoint(kafka_bootstrap, topics, tmp_path)
+
+
+def continue_pandas_interface_checkpoint(
+    kafka_bootstrap: str, topics: dict[str, str], tmp_path: Path, old_tree: Path | None = None
+) -> None:
+    """:func:`test_checkpoint_of_the_pandas_interface_continues`; ``old_tree``: a tree of the service before the
+    change makes the first run instead (checked by hand with 3d2b93e: bench/HISTORY.md)."""
     from service.checkpoint_access import OPERATOR_RENAMED
 
     events = payment_events(2000, keys=12, partitions=PARTITIONS, td=TD, grace=GRACE, seed=404)
@@ -410,13 +417,7 @@ def test_checkpoint_of_the_pandas_interface_continues(kafka_bootstrap, topics, t
     first = ServiceProcess([*args, "--max-offsets-per-trigger", "400"], tmp_path / "first.log", cwd=old_tree)
     first.start()
     try:
-        import time
-
-        deadline = time.monotonic() + 300
-        while committed_offsets(ck)[0] < 2:
-            assert first.alive(), first.tail()
-            assert time.monotonic() < deadline, first.tail()
-            time.sleep(0.2)
+        wait_for_batches(ck, first, 2)
     finally:
         assert first.stop() == 0, first.tail()
     metadata = [p for p in (ck / "state").glob("*/_metadata/**/*") if p.is_file() and not p.name.startswith(".")]
@@ -426,12 +427,7 @@ def test_checkpoint_of_the_pandas_interface_continues(kafka_bootstrap, topics, t
             p.write_text(p.read_text().replace(OPERATOR_RENAMED[1], OPERATOR_RENAMED[0]))
     assert all(OPERATOR_RENAMED[0] in p.read_text() for p in metadata)
 
-    second = ServiceProcess(args, tmp_path / "second.log").start()
-    try:
-        wait_until_committed(ck, topics["in"], ends, second)
-    finally:
-        rc = second.stop()
-    assert rc == 0, second.tail()
+    run_until_committed(args, tmp_path / "second.log", ck, topics["in"], ends)
     assert "recorded it as transformWithStateInPySparkExec" in (tmp_path / "second.log").read_text()
     assert all(OPERATOR_RENAMED[0] not in p.read_text() for p in metadata)
     exp = replay(events, td=TD, grace=GRACE, aggregations=AGGS, emit="update")
