@@ -373,7 +373,7 @@ def failure_line(text: str) -> str:
     """The line of a query failure that says what happened: a task's :class:`~service.task.runner.
     ProcessingFailure` (partition and offset of the record) when there is one; for another exception of a
     Python worker, Spark's first line with the worker's exception (the last ``Name: message`` line of its
-    traceback) in place of the traceback; else the first line."""
+    traceback) in place of the traceback; else the first line, with what the service knows of it (:data:`_HINTS`)."""
     lines = text.splitlines()
     for line in lines:
         if "ProcessingFailure: " in line:
@@ -384,7 +384,19 @@ def failure_line(text: str) -> str:
     raised = [ln.strip() for ln in python if _EXCEPTION_LINE.match(ln)]
     if found and raised:
         return f"{head.rstrip()} {raised[-1]}"
-    return first
+    hint = next((h for error, h in _HINTS.items() if error in text), "")
+    return f"{first} ({hint})" if hint else first
+
+
+#: what the service knows of a Spark error that Spark's own message leaves open, by its error class
+_HINTS = {
+    "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA": (
+        "a checkpoint written before 2026-11-28 names the operator transformWithStateInPandasExec: the service "
+        "renames it to transformWithStateInPySparkExec in a local checkpoint at start, not on a remote file system "
+        "- rename it in the checkpoint's state/*/_metadata files there (service/README.md, Upgrading); or the "
+        "checkpoint was run by a newer version of the service, which an older one cannot continue"
+    ),
+}
 
 
 #: the line of a Python traceback that names the exception: ``module.Name: message`` at the start of a line

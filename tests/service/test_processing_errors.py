@@ -146,3 +146,13 @@ def test_the_error_line_of_a_failed_query_names_a_python_workers_exception_not_t
     assert failure_line("org.apache.kafka.common.errors.TimeoutException: x\n\tat y") == (
         "org.apache.kafka.common.errors.TimeoutException: x"
     )
+
+
+def test_the_error_line_of_a_checkpoint_with_another_operator_name_says_what_to_do():
+    text = (
+        "[STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA] Streaming stateful operator name does not match "
+        "with the operator in state metadata.\n\tat org.apache.spark.sql.errors.QueryExecutionErrors"
+    )
+    line = failure_line(text)
+    assert line.startswith("[STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA] Streaming stateful operator")
+    assert "transformWithStateInPandasExec" in line and "state/*/_metadata" in line and "Upgrading" in line
