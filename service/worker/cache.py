@@ -17,7 +17,7 @@ from service.task.batch import CachedTask, TaskKey
 from service.task.config import TaskConfig
 from service.worker.memory import release_freed_memory, service_rss_bytes
 
-__all__ = ["WorkerCache", "WORKER", "drop_cached", "worker_busy"]
+__all__ = ["BACKLOG_RECORDS", "LOAD_DROP", "WorkerCache", "WORKER", "drop_cached", "worker_busy"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ class WorkerCache:
         self.memory = memory
         self.release = release
         self._warned = False
+        self._largest = 0  # the largest task batch (records) since memory was last handed back
         self.lock = threading.Lock()
         self.waiting = 0  # task batches waiting for the lock
         self._waiting_lock = threading.Lock()  # several threads start task batches (owners): += is not atomic
@@ -90,6 +91,25 @@ class WorkerCache:
             )
         return dropped
 
+    def after_batch(self, records: int) -> bool:
+        """Hand the worker's freed memory back once the load drops: after a task batch of ``records`` that is less
+        than a :data:`LOAD_DROP`-th of the largest since the last time, if that one had :data:`BACKLOG_RECORDS` or
+        more (a backlog drained, live input again); returns whether it did. The workers keep freed heap for the
+        next batch on purpose (:func:`service.spark.python_daemon.keep_memory`), which after a backlog is what its
+        batches needed::
+
+            task batch records   12,500  12,500  12,500  250     250  ...  12,500  250
+            memory handed back                           once                      once
+
+        Measured after the 300,000-record backlog of ``bench/recovery_bench.py``: ~50 MiB per worker
+        (bench/HISTORY.md)."""
+        if self._largest >= BACKLOG_RECORDS and records * LOAD_DROP < self._largest:
+            self._largest = records
+            self.release()
+            return True
+        self._largest = max(self._largest, records)
+        return False
+
     def drop(self, config: TaskConfig, topic: str, partition: int) -> None:
         """Forget a task's processor (another worker takes the task over)."""
         self.entries.pop((config, topic, partition), None)
@@ -111,6 +131,12 @@ class WorkerCache:
                 self.waiting -= 1
             yield
 
+
+#: a task batch this many times smaller than the largest since the last release hands freed memory back
+#: (:meth:`WorkerCache.after_batch`)
+LOAD_DROP = 8
+#: ... if that largest batch had this many records at least (live batches that vary hand nothing back)
+BACKLOG_RECORDS = 2_000
 
 #: this process's worker cache
 WORKER = WorkerCache()

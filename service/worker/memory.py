@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+from typing import Any
 
 __all__ = ["children", "service_rss_bytes", "release_freed_memory"]
 
@@ -79,11 +80,18 @@ def service_rss_bytes(worker_pid: int | None = None) -> int | None:
     return total
 
 
+_trim: list[Any] = []  # glibc's malloc_trim, looked up once (a CDLL per call would leave reference cycles)
+
+
 def release_freed_memory() -> None:
     """Hand the memory the process has freed back to the system (glibc's ``malloc_trim(0)``: the workers keep
     up to 256 MiB of freed heap for the next batch, :func:`service.spark.python_daemon.keep_memory`); nothing
     where there is no ``malloc_trim``."""
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        logger.debug("no malloc_trim here: freed memory stays with the allocator")
+    if not _trim:
+        try:
+            _trim.append(ctypes.CDLL(None).malloc_trim)
+        except (OSError, AttributeError):
+            _trim.append(None)
+            logger.debug("no malloc_trim here: freed memory stays with the allocator")
+    if _trim[0] is not None:
+        _trim[0](0)

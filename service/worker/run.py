@@ -30,10 +30,13 @@ def process_task_batch(
     cache: WorkerCache | None = None,
 ) -> TaskOutput:
     """:func:`service.task.batch.process_task_batch` against ``cache`` (this process's :data:`WORKER` unless
-    given) under its lock."""
+    given) under its lock; then the cache hands freed memory back if the load dropped
+    (:meth:`~service.worker.cache.WorkerCache.after_batch`)."""
     cache = WORKER if cache is None else cache
     with cache.turn():
-        return task_batch.process_task_batch(runner, state, batch, on_output, cache)
+        out = task_batch.process_task_batch(runner, state, batch, on_output, cache)
+        cache.after_batch(len(batch))
+        return out
 
 
 _RUNNERS: dict[TaskConfig, TaskRunner] = {}

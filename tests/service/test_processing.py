@@ -716,3 +716,26 @@ def test_a_cached_task_keeps_its_buckets_as_stored_not_decoded():
     assert loaded <= 8
     exp = replay(events, td=1000, grace=300, aggregations=AGGS, emit="update")
     assert changelog_final(rows) == exp.final
+
+
+def test_freed_memory_is_handed_back_once_when_the_load_drops():
+    """After a backlog the workers hand back the heap its batches needed: once, at the first task batch under a
+    LOAD_DROP-th of the largest since the last time; not while batches stay large or stay small."""
+    from service.worker.cache import BACKLOG_RECORDS, LOAD_DROP
+
+    released = [0]
+
+    def release() -> None:
+        released[0] += 1
+
+    cache = WorkerCache(memory=lambda: None, release=release)
+    backlog = 2_000 * LOAD_DROP
+    live = backlog // LOAD_DROP - 1
+    done = [cache.after_batch(n) for n in (backlog, backlog, backlog, live, live, 3 * live, live)]
+    assert done == [False, False, False, True, False, False, False] and released[0] == 1
+    done = [cache.after_batch(n) for n in (backlog, live, 1)]  # another backlog, then live, then smaller live
+    assert done == [False, True, False] and released[0] == 2
+    assert [cache.after_batch(n) for n in (backlog, backlog // LOAD_DROP)] == [False, False]  # not under it
+    # batches under a backlog's size never hand anything back, however they vary
+    small = WorkerCache(memory=lambda: None, release=release)
+    assert not any(small.after_batch(n) for n in (BACKLOG_RECORDS - 1, 1, BACKLOG_RECORDS - 1, 0))
