@@ -29,14 +29,12 @@ allocations. The options here keep what the service controls small:
   the first output, its compiler threads competing for the cores with the start itself (bench/HISTORY.md). With
   higher thresholds code run a few hundred times stays interpreted, and what a micro-batch runs millions of
   times is still compiled, a little later.
-* **The client compiler alone** (``-XX:TieredStopAtLevel=1``): the optimizing compiler (C2) took 16-18 of a
-  restart's CPU-seconds, and its code cache, arenas and profiles ~70 MiB of the JVM at its peak. Without it a
-  restart took 0.81x on a loaded machine (8.8 vs 9.2-10.0 s on a quiet one), the JVM's peak was 408-443 instead
-  of 478-493 MiB, and a backlog drained 1.18x as fast with two stateful tasks at once; after 100 s of warm-up
-  at 1,000 records/s micro-batches and latency were the same (p50 259 vs 250 ms, p99 460 vs 479;
-  bench/HISTORY.md). The service's hot code is in Python and RocksDB; what
-  the JVM runs per record (Kafka records, Arrow vectors, the shuffle) gains little from C2 here. A deployment
-  that wants C2 back sets ``driver_java_options=-XX:TieredStopAtLevel=4``.
+* **The client compiler alone** (``-XX:TieredStopAtLevel=1``): the optimizing compiler (C2) spent a large share
+  of a restart's CPU, and its code cache, arenas and profiles a large share of the JVM's peak memory, for no gain
+  in the steady state: the service's hot code is in Python and RocksDB, and what the JVM runs per record (Kafka
+  records, Arrow vectors, the shuffle) gains little from C2 here. Restarts, peak memory, backlog and latency
+  with and without it: bench/HISTORY.md (issue 34). A deployment that wants C2 back sets
+  ``driver_java_options=-XX:TieredStopAtLevel=4``.
 
 ``driver_java_options`` (a setting) comes last, so any option there overrides these (the JVM takes the last of
 two values); a collector chosen there replaces the serial one (two collectors are an error to the JVM).

@@ -4,7 +4,7 @@ The processor runs under pyspark's Row interface (``transformWithState``) and ha
 (:mod:`.task_rows`), so no code of a service worker needs pandas. pyarrow imports it all the same: its pandas
 shim tries ``import pandas`` the first time any array is built from Python objects or converted back (``pa.array``,
 ``Scalar.as_py``, ``Array.to_numpy``), just to know whether pandas is there, and a worker then holds pandas for its
-whole life (measured: numpy + pyarrow 61 MiB, with pandas 103 MiB). pyarrow treats an ``ImportError`` there as
+whole life (what that costs: bench/HISTORY.md, issue 34). pyarrow treats an ``ImportError`` there as
 "pandas is not installed" and converts without it.
 
 :func:`keep_pandas_out` puts a finder first on ``sys.meta_path`` that answers every import of pandas with an

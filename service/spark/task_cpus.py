@@ -13,12 +13,11 @@ Python workers::
     core   1   2   3   4                          core   1   2   3   4
     task  [a] [b] [c] [d]   4 Python workers      task  [a  a] [b  b]    2 Python workers
 
-On 2 cores, one stateful task at a time instead of two held ~240 MiB less at the service's peak (one Python
-worker fewer, 0.77x), for 0.87x the records/s of a backlog and micro-batches whose stateful tasks run one after
-the other: at 1,000 records/s the latency from send p50 375 vs 295 ms with 2 state partitions, and 650 vs 405 ms
-with 4 (the default ``state_partitions``), since each task has a fixed cost of its own (``bench/side_by_side.py``,
-``bench/batch_phases.py``; bench/HISTORY.md). So the default (0) stays Spark's, and ``task_cpus=2`` is the
-setting for a deployment short of memory. Only a local master's cores are known here: the settings refuse a
+On 2 cores, one stateful task at a time instead of two holds one Python worker fewer at the service's peak, for
+fewer records/s in a backlog and longer micro-batches, whose stateful tasks then run one after the other, each
+with a fixed cost of its own: the more state partitions, the longer (``bench/side_by_side.py``,
+``bench/batch_phases.py``; figures in bench/HISTORY.md). So the default (0) stays Spark's, and ``task_cpus=2`` is
+the setting for a deployment short of memory. Only a local master's cores are known here: the settings refuse a
 ``task_cpus`` above them (no task could ever run); with a cluster master, a value above an executor's cores
 leaves the tasks waiting, which is the cluster's business. ``spark_conf`` can set ``spark.task.cpus`` too, over
 this.

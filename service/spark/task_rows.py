@@ -15,6 +15,7 @@ input comes in one of two forms, and its output goes back in the same form:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -138,9 +139,10 @@ def _output_columns(config: TaskConfig, out: TaskOutput, topic: str, partition: 
     ]
 
 
+@functools.cache
 def output_arrow_schema() -> Any:
-    """``OUTPUT_SCHEMA`` (:mod:`.job`) as pyspark's Row interface converts it to Arrow (``to_arrow_type``);
-    ``tests/service/test_python_worker.py`` checks the two agree."""
+    """``OUTPUT_SCHEMA`` (:mod:`.job`) as pyspark's Row interface converts it to Arrow (``to_arrow_type``), built
+    once per process; ``tests/service/test_python_worker.py`` checks the two agree."""
     import pyarrow as pa
 
     return pa.schema(
@@ -160,15 +162,10 @@ def output_arrow_schema() -> Any:
     )
 
 
-_SCHEMA: list[Any] = []  # output_arrow_schema(), built once per worker
-
-
 def _output_batch(columns: list[list[Any]]) -> Any:
     import pyarrow as pa
 
-    if not _SCHEMA:
-        _SCHEMA.append(output_arrow_schema())
-    schema = _SCHEMA[0]
+    schema = output_arrow_schema()
     return pa.RecordBatch.from_arrays(
         [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
     )

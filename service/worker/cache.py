@@ -101,8 +101,7 @@ class WorkerCache:
             task batch records   12,500  12,500  12,500  250     250  ...  12,500  250
             memory handed back                           once                      once
 
-        Measured after the 300,000-record backlog of ``bench/recovery_bench.py``: ~50 MiB per worker
-        (bench/HISTORY.md)."""
+        What it hands back: bench/RESULTS.md (``recovery_bench.py``)."""
         if self._largest >= BACKLOG_RECORDS and records * LOAD_DROP < self._largest:
             self._largest = records
             self.release()

@@ -15,9 +15,10 @@ in ``ps``: the bound is conservative.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
-from typing import Any
+from collections.abc import Callable
 
 __all__ = ["children", "service_rss_bytes", "release_freed_memory"]
 
@@ -80,18 +81,20 @@ def service_rss_bytes(worker_pid: int | None = None) -> int | None:
     return total
 
 
-_trim: list[Any] = []  # glibc's malloc_trim, looked up once (a CDLL per call would leave reference cycles)
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, looked up once (a ``CDLL`` per call leaves reference cycles); None without it."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        logger.debug("no malloc_trim here: freed memory stays with the allocator")
+        return None
 
 
 def release_freed_memory() -> None:
     """Hand the memory the process has freed back to the system (glibc's ``malloc_trim(0)``: the workers keep
     up to 256 MiB of freed heap for the next batch, :func:`service.spark.python_daemon.keep_memory`); nothing
     where there is no ``malloc_trim``."""
-    if not _trim:
-        try:
-            _trim.append(ctypes.CDLL(None).malloc_trim)
-        except (OSError, AttributeError):
-            _trim.append(None)
-            logger.debug("no malloc_trim here: freed memory stays with the allocator")
-    if _trim[0] is not None:
-        _trim[0](0)
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
